@@ -1,0 +1,151 @@
+"""The n-gram decomposition of an affine recurrence (implicit-ngrams paper, Section 4).
+
+Unrolling s_t = A(x_t) s_{t-1} + g(x_t) from s_0 gives
+
+    s_t = sum_{i<=t} v_{i:t} + A(x_t)...A(x_1) s_0,   v_{i:t} = A(x_t)...A(x_{i+1}) g(x_i)
+
+(eq. 10 and 13). Scores against an output row w are s_{i:t} = w^T v_{i:t} (eq. 14; the
+sequence-level paper's eq. 19-20, where s_{t:t} = w^T g(x_t) is the token-level score and
+w reads only the h half of an LSTM's [c; h]). For a first-order view the model's state
+differs from the sum; `remainder` reports h_t - sum_i v_{i:t}.
+
+Shapes: B batch, T time, S state size, H hidden (readout) size, C output rows.
+All functions are pure: they take a LinearView and tensors and return tensors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..cells.base import LinearView
+
+
+def _readout_rows(view: LinearView, w: torch.Tensor) -> torch.Tensor:
+    """w[C,H] (or [H]) placed on the readout coordinates of the state: [C,S]."""
+    if w.dim() == 1:
+        w = w[None]
+    S = view.g.shape[-1]
+    W = w.new_zeros(w.shape[0], S)
+    W[:, view.readout] = w
+    if W[:, view.readout].shape != w.shape:
+        raise ValueError(f"readout weight of shape {tuple(w.shape)} does not fit state size {S}")
+    return W.to(view.g.dtype)
+
+
+def valid_pairs(view: LinearView) -> torch.Tensor:
+    """[B,T(end),T(start)] bool: start <= end and both are real tokens."""
+    B, T, _ = view.g.shape
+    tri = torch.ones(T, T, dtype=torch.bool, device=view.g.device).tril()
+    if view.mask is None:
+        return tri.expand(B, T, T)
+    m = view.mask
+    return tri[None] & m[:, :, None] & m[:, None, :]
+
+
+def ngram_vectors(view: LinearView) -> torch.Tensor:
+    """All n-gram vectors v_{i:t}: [B, T(end t), T(start i), S], zero where i > t.
+
+    Forward recursion: the vectors ending at t are A(x_t) times those ending at t-1, plus
+    the new unigram g(x_t). O(T^2 S^2) time, O(T^2 S) memory.
+    """
+    B, T, S = view.g.shape
+    out = view.g.new_zeros(B, T, T, S)
+    V = view.g.new_zeros(B, 0, S)
+    for t in range(T):
+        V = torch.cat([view.apply(t, V), view.g[:, t, None]], 1) if t else view.g[:, :1]
+        out[:, t, : t + 1] = V
+    return out
+
+
+def ngram_scores(view: LinearView, w: torch.Tensor) -> torch.Tensor:
+    """Scores s_{i:t} = w^T v_{i:t} of every n-gram: [B, T(end), T(start), C], 0 where i > t.
+
+    Same recursion as ngram_vectors but keeps only the scores: O(T S) vector memory.
+    """
+    W = _readout_rows(view, w)
+    B, T, S = view.g.shape
+    out = view.g.new_zeros(B, T, T, W.shape[0])
+    V = view.g[:, :0]
+    for t in range(T):
+        V = torch.cat([view.apply(t, V), view.g[:, t, None]], 1) if t else view.g[:, :1]
+        out[:, t, : t + 1] = V @ W.T
+    return out
+
+
+def scores_ending_at(view: LinearView, w: torch.Tensor, t: int) -> torch.Tensor:
+    """Scores of all n-grams ending at position t: [B, t+1 (start), C], in O(t S^2 C).
+
+    Reverse recursion r <- r A(x_k) (NOTES.md): w^T A(x_t)...A(x_{i+1}) g(x_i) is the row
+    r_i = w^T A(x_t)...A(x_{i+1}) times g(x_i); nothing is materialised.
+    """
+    W = _readout_rows(view, w)
+    B = view.g.shape[0]
+    R = W.expand(B, *W.shape)                               # [B,C,S]
+    out = []
+    for i in range(t, -1, -1):
+        out.append(torch.einsum("bcs,bs->bc", R, view.g[:, i]))
+        if i:
+            R = view.rapply(i, R)
+    return torch.stack(out[::-1], 1)
+
+
+def initial_part(view: LinearView) -> torch.Tensor | None:
+    """A(x_t)...A(x_1) s_0 at every t, [B,T,S], or None when the start state is zero."""
+    if view.h0 is None:
+        return None
+    s, out = view.h0[:, None], []
+    for t in range(view.g.shape[1]):
+        s = view.apply(t, s)
+        out.append(s[:, 0])
+    return torch.stack(out, 1)
+
+
+def remainder(view: LinearView, states: torch.Tensor) -> torch.Tensor:
+    """states[B,T,S] minus the sum of all n-gram vectors ending at each t: [B,T,S].
+
+    Zero (to rounding) for an exact view; for a first-order view it is the part of the
+    model's state that the n-grams do not explain.
+    """
+    approx = view.unroll()
+    return states - approx
+
+
+@dataclass
+class Explanation:
+    """The decomposition of one batch against output rows w.
+
+    scores:    [B,T,T,C] s_{i:t}, zero where invalid
+    valid:     [B,T,T] bool
+    token:     [B,T,C] token-level scores s_{t:t} = w^T g(x_t)
+    context:   [B,T,C] context scores sum_i s_{i:t} (+ the start-state part)
+    model:     [B,T,C] w^T h_t of the model's actual hidden state
+    remainder: [B,T,C] model - context (zero for exact views)
+    exact:     whether the view is exact
+    """
+
+    scores: torch.Tensor
+    valid: torch.Tensor
+    token: torch.Tensor
+    context: torch.Tensor
+    model: torch.Tensor
+    remainder: torch.Tensor
+    exact: bool
+
+
+def explain(view: LinearView, w: torch.Tensor, states: torch.Tensor) -> Explanation:
+    """Scores, context scores and remainder of a batch. states[B,T,S] are the model's."""
+    W = _readout_rows(view, w)
+    scores = ngram_scores(view, w)
+    valid = valid_pairs(view)
+    scores = scores * valid[..., None].to(scores.dtype)
+    context = scores.sum(2)
+    init = initial_part(view)
+    if init is not None:
+        context = context + init @ W.T
+    model = states.to(W.dtype) @ W.T
+    if view.mask is not None:  # nothing is explained at pad positions
+        keep = view.mask[..., None].to(W.dtype)
+        context, model = context * keep, model * keep
+    token = torch.diagonal(scores, dim1=1, dim2=2).transpose(1, 2)
+    return Explanation(scores, valid, token, context, model, model - context, view.exact)

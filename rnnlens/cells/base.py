@@ -1,0 +1,172 @@
+"""The cell contract and the linear view every family provides (see DESIGN.md).
+
+Cell.forward(x[B,T,E], mask[B,T] | None, state[B,S] | None) -> (out[B,T,H], final[B,S])
+  S is the state size (H for Elman/GRU, 2H for the LSTM's [c; h]); out is the readout
+  of the state at every step. Padded positions (mask False) leave the state unchanged,
+  so out at a pad position repeats the last real state and rows never mix.
+
+Cell.linear_view(x, mask) -> LinearView: the affine recurrence s_t = A(x_t) s_{t-1} + g(x_t)
+  that the cell is (exact) or approximates to first order at s = 0 (implicit-ngrams
+  paper, eq. 5-7). A(x_t) is applied through structured products and never built as a
+  dense matrix unless .matrix(t) is asked for.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class LinearView:
+    """An input-conditioned affine recurrence s_t = A(x_t) s_{t-1} + g(x_t).
+
+    g:       [B, T, S] the input term g(x_t)
+    mask:    [B, T] bool or None; at pad positions A = I and g = 0, so sums stop there
+    h0:      [B, S] or None, a non-zero start state (unrolled as its own part)
+    readout: slice of state coordinates that form the cell's output h
+    exact:   True when the cell *is* this recurrence; False for a first-order view
+    semiring: "real" here; other families may use max-plus or log
+    """
+
+    semiring = "real"
+
+    def __init__(self, g: torch.Tensor, mask: torch.Tensor | None, readout: slice,
+                 exact: bool, h0: torch.Tensor | None = None):
+        if mask is not None:
+            g = g * mask[..., None].to(g.dtype)
+        self.g = g
+        self.mask = mask
+        self.readout = readout
+        self.exact = exact
+        self.h0 = h0
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(self.g.shape)  # (B, T, S)
+
+    # --- subclasses implement the two structured products -------------------------
+    def _apply(self, t: int, V: torch.Tensor) -> torch.Tensor:  # A(x_t) v, V[B,K,S]
+        raise NotImplementedError
+
+    def _rapply(self, t: int, R: torch.Tensor) -> torch.Tensor:  # r^T A(x_t), R[B,K,S]
+        raise NotImplementedError
+
+    # --- public API ---------------------------------------------------------------
+    def apply(self, t: int, V: torch.Tensor) -> torch.Tensor:
+        """A(x_t) applied to K column vectors at once: V[B,K,S] -> [B,K,S]."""
+        out = self._apply(t, V)
+        if self.mask is not None:
+            out = torch.where(self.mask[:, t, None, None], out, V)
+        return out
+
+    def rapply(self, t: int, R: torch.Tensor) -> torch.Tensor:
+        """Row vectors times A(x_t): R[B,K,S] -> R A(x_t), [B,K,S]. Used for the reverse
+        recursion r <- r A(x_k) that scores every n-gram ending at one position."""
+        out = self._rapply(t, R)
+        if self.mask is not None:
+            out = torch.where(self.mask[:, t, None, None], out, R)
+        return out
+
+    def matrix(self, t: int) -> torch.Tensor:
+        """A(x_t) as a dense [B,S,S] tensor (analysis and tests only)."""
+        B, _, S = self.g.shape
+        eye = torch.eye(S, dtype=self.g.dtype, device=self.g.device).expand(B, S, S)
+        # Row k of apply(eye) is A e_k, i.e. column k of A.
+        return self.apply(t, eye).transpose(1, 2)
+
+    def step(self, t: int, s: torch.Tensor) -> torch.Tensor:
+        """One step of the linear recurrence: g(x_t) + A(x_t) s, s[B,S]."""
+        return self.apply(t, s[:, None, :])[:, 0] + self.g[:, t]
+
+    def unroll(self) -> torch.Tensor:
+        """States of the linear recurrence from s_0 = h0 (or 0): [B,T,S]."""
+        B, T, S = self.g.shape
+        s = self.h0 if self.h0 is not None else self.g.new_zeros(B, S)
+        out = []
+        for t in range(T):
+            s = self.step(t, s)
+            out.append(s)
+        return torch.stack(out, 1)
+
+
+class StructuredView(LinearView):
+    """A(x_t) = sum_k diag(a_k(x_t)) W_k + diag(d(x_t)), the form of Elman and GRU views.
+
+    W: [K*H, H] the K recurrent matrices stacked (as torch stores weight_hh)
+    coef: [B, T, K*H] the diagonal factors a_k, stacked the same way
+    diag: [B, T, H] or None
+    """
+
+    def __init__(self, g, mask, W, coef, diag=None, exact=False, h0=None):
+        super().__init__(g, mask, slice(None), exact, h0)
+        self.W = W
+        self.coef = coef
+        self.diag = diag
+        self.K = W.shape[0] // W.shape[1]
+
+    def _apply(self, t, V):
+        B, Kv, H = V.shape
+        U = (V @ self.W.T) * self.coef[:, t, None, :]          # [B,Kv,K*H]
+        out = U.view(B, Kv, self.K, H).sum(2)
+        if self.diag is not None:
+            out = out + self.diag[:, t, None, :] * V
+        return out
+
+    def _rapply(self, t, R):
+        B, Kv, H = R.shape
+        a = self.coef[:, t].view(B, 1, self.K, H)
+        out = (R[:, :, None, :] * a).reshape(B, Kv, self.K * H) @ self.W
+        if self.diag is not None:
+            out = out + self.diag[:, t, None, :] * R
+        return out
+
+
+class Cell(nn.Module):
+    """Base class for recurrent cells (see module docstring for the contract).
+
+    Subclasses set input_size, hidden_size, state_size and implement:
+      step(x_t[B,E], s[B,S]) -> s[B,S]   the plain per-step reference, as in the paper
+      _scan(x[B,T,E], mask, s0) -> (states[B,T,S], final[B,S])   the fast forward
+      output(s[..., S]) -> h[..., H]     the readout of the state
+      linear_view(x, mask) -> LinearView
+    """
+
+    input_size: int
+    hidden_size: int
+    state_size: int
+
+    def initial_state(self, batch: int, dtype=None, device=None) -> torch.Tensor:
+        p = next(self.parameters())
+        return torch.zeros(batch, self.state_size, dtype=dtype or p.dtype, device=device or p.device)
+
+    def output(self, s: torch.Tensor) -> torch.Tensor:
+        return s[..., self.state_size - self.hidden_size:]
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                state: torch.Tensor | None = None):
+        """x[B,T,E], mask[B,T] bool -> (out[B,T,H], final_state[B,S])."""
+        states, final = self.scan(x, mask, state)
+        return self.output(states), final
+
+    def scan(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+             state: torch.Tensor | None = None):
+        """Like forward, but returns the full states [B,T,S] (the LSTM's [c; h])."""
+        if x.dim() != 3 or x.shape[-1] != self.input_size:
+            raise ValueError(f"expected x of shape [B, T, {self.input_size}], got {tuple(x.shape)}")
+        if state is None:
+            state = self.initial_state(x.shape[0], x.dtype, x.device)
+        return self._scan(x, mask, state)
+
+    def step_loop(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                  state: torch.Tensor | None = None):
+        """The reference forward: `step` at every position, masked. Same shapes as forward."""
+        if state is None:
+            state = self.initial_state(x.shape[0], x.dtype, x.device)
+        outs = []
+        for t in range(x.shape[1]):
+            new = self.step(x[:, t], state)
+            state = new if mask is None else torch.where(mask[:, t, None], new, state)
+            outs.append(state)
+        return self.output(torch.stack(outs, 1)), state
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}"

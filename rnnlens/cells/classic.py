@@ -1,0 +1,229 @@
+"""Elman, GRU and LSTM cells with biases, in torch's parameter layout, and their
+first-order linear views (implicit-ngrams paper, Table 2 and Appendix F, with biases).
+
+Parameters are stored exactly as torch.nn.RNN/GRU/LSTM store them (weight_ih [G*H, E],
+weight_hh [G*H, H], bias_ih, bias_hh; gate order r,z,n for GRU and i,f,g,o for LSTM), so
+`from_torch` is a copy and outputs agree with torch's fused kernels.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..errors import RnnlensError
+from .base import Cell, LinearView, StructuredView
+
+
+class _Classic(Cell):
+    gates = 1
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        G = self.gates * hidden_size
+        self.weight_ih = nn.Parameter(torch.empty(G, input_size))
+        self.weight_hh = nn.Parameter(torch.empty(G, hidden_size))
+        self.bias_ih = nn.Parameter(torch.empty(G))
+        self.bias_hh = nn.Parameter(torch.empty(G))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # torch's default: U(-1/sqrt(H), 1/sqrt(H)) for every parameter.
+        k = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            nn.init.uniform_(p, -k, k)
+
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        """All input projections in one matrix product: [B,T,E] -> [B,T,G*H]."""
+        return torch.addmm(self.bias_ih, x.reshape(-1, x.shape[-1]), self.weight_ih.T).view(
+            *x.shape[:-1], -1)
+
+    def _scan(self, x, mask, s):
+        P = self._project(x)
+        Wt = self.weight_hh.T
+        outs = []
+        for t in range(x.shape[1]):
+            new = self._update(P[:, t], torch.addmm(self.bias_hh, self._recurrent_input(s), Wt), s)
+            s = new if mask is None else torch.where(mask[:, t, None], new, s)
+            outs.append(s)
+        return torch.stack(outs, 1), s
+
+    def _recurrent_input(self, s):
+        return s
+
+
+class Elman(_Classic):
+    """h_t = act(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh), act = tanh (or relu)."""
+
+    gates = 1
+
+    def __init__(self, input_size: int, hidden_size: int, nonlinearity: str = "tanh"):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError("nonlinearity must be 'tanh' or 'relu'")
+        self.nonlinearity = nonlinearity
+        super().__init__(input_size, hidden_size)
+        self.state_size = hidden_size
+
+    def _act(self, p):
+        return torch.tanh(p) if self.nonlinearity == "tanh" else torch.relu(p)
+
+    def step(self, x_t, h):
+        return self._act(x_t @ self.weight_ih.T + self.bias_ih + h @ self.weight_hh.T + self.bias_hh)
+
+    def _update(self, p_x, p_h, s):
+        return self._act(p_x + p_h)
+
+    def linear_view(self, x, mask=None) -> LinearView:
+        """g = act(p), A = diag(act'(p)) W_hh with p = W_ih x + b_ih + b_hh."""
+        p = self._project(x) + self.bias_hh
+        g = self._act(p)
+        d = 1 - g * g if self.nonlinearity == "tanh" else (p > 0).to(p.dtype)
+        return StructuredView(g, mask, self.weight_hh, d)
+
+
+class GRU(_Classic):
+    """torch's GRU: r = s(xr + W_hr h + b_hr), z = s(xz + W_hz h + b_hz),
+    n = tanh(xn + r * (W_hn h + b_hn)), h' = (1 - z) n + z h  (x* include b_i*)."""
+
+    gates = 3
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__(input_size, hidden_size)
+        self.state_size = hidden_size
+
+    def step(self, x_t, h):
+        W_ir, W_iz, W_in = self.weight_ih.chunk(3)
+        W_hr, W_hz, W_hn = self.weight_hh.chunk(3)
+        b_ir, b_iz, b_in = self.bias_ih.chunk(3)
+        b_hr, b_hz, b_hn = self.bias_hh.chunk(3)
+        r = torch.sigmoid(x_t @ W_ir.T + b_ir + h @ W_hr.T + b_hr)
+        z = torch.sigmoid(x_t @ W_iz.T + b_iz + h @ W_hz.T + b_hz)
+        n = torch.tanh(x_t @ W_in.T + b_in + r * (h @ W_hn.T + b_hn))
+        return (1 - z) * n + z * h
+
+    def _update(self, p_x, p_h, h):
+        xr, xz, xn = p_x.chunk(3, -1)
+        hr, hz, hn = p_h.chunk(3, -1)
+        r = torch.sigmoid(xr + hr)
+        z = torch.sigmoid(xz + hz)
+        n = torch.tanh(xn + r * hn)
+        return n + z * (h - n)
+
+    def linear_view(self, x, mask=None) -> LinearView:
+        """First order at h = 0, biases included (Table 2 of the implicit-ngrams paper
+        gains a W_hr term through b_hn):
+          g = (1 - z0) n0
+          A = diag(a_r) W_hr + diag(a_z) W_hz + diag(a_n) W_hn + diag(z0)
+          a_n = (1 - z0)(1 - n0^2) r0,  a_r = (1 - z0)(1 - n0^2) b_hn r0 (1 - r0),
+          a_z = -n0 z0 (1 - z0)."""
+        xr, xz, xn = self._project(x).chunk(3, -1)
+        b_hr, b_hz, b_hn = self.bias_hh.chunk(3)
+        r0 = torch.sigmoid(xr + b_hr)
+        z0 = torch.sigmoid(xz + b_hz)
+        n0 = torch.tanh(xn + r0 * b_hn)
+        g = (1 - z0) * n0
+        dn = (1 - z0) * (1 - n0 * n0)
+        coef = torch.cat([dn * b_hn * r0 * (1 - r0), -n0 * z0 * (1 - z0), dn * r0], -1)
+        return StructuredView(g, mask, self.weight_hh, coef, diag=z0)
+
+
+class LSTM(_Classic):
+    """torch's LSTM on the extended state s = [c; h] (size 2H):
+    i, f, g, o = s(.), s(.), tanh(.), s(.) of W_ih x + b_ih + W_hh h + b_hh,
+    c' = f c + i g, h' = o tanh(c')."""
+
+    gates = 4
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__(input_size, hidden_size)
+        self.state_size = 2 * hidden_size
+
+    def _recurrent_input(self, s):
+        return s[:, self.hidden_size:]
+
+    def step(self, x_t, s):
+        c, h = s.split(self.hidden_size, -1)
+        z = x_t @ self.weight_ih.T + self.bias_ih + h @ self.weight_hh.T + self.bias_hh
+        i, f, g, o = z.chunk(4, -1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        return torch.cat([c, h], -1)
+
+    def _update(self, p_x, p_h, s):
+        i, f, g, o = (p_x + p_h).chunk(4, -1)
+        c = torch.sigmoid(f) * s[:, : self.hidden_size] + torch.sigmoid(i) * torch.tanh(g)
+        return torch.cat([c, torch.sigmoid(o) * torch.tanh(c)], -1)
+
+    def linear_view(self, x, mask=None) -> LinearView:
+        """First order at (c, h) = 0 (implicit-ngrams Appendix F, with biases)."""
+        zi, zf, zg, zo = (self._project(x) + self.bias_hh).chunk(4, -1)
+        i0, f0, g0, o0 = torch.sigmoid(zi), torch.sigmoid(zf), torch.tanh(zg), torch.sigmoid(zo)
+        c0 = i0 * g0
+        tc = torch.tanh(c0)
+        return LSTMView(
+            g=torch.cat([c0, o0 * tc], -1), mask=mask, W=self.weight_hh, f=f0,
+            a_i=g0 * i0 * (1 - i0), a_g=i0 * (1 - g0 * g0), a_o=tc * o0 * (1 - o0),
+            k=o0 * (1 - tc * tc), readout=slice(self.hidden_size, None))
+
+
+class LSTMView(LinearView):
+    """A(x) = [[B, D], [E, F]] on [c; h] with
+      B = diag(f0),  D = diag(a_i) W_hi + diag(a_g) W_hg,
+      E = diag(k) B,  F = diag(k) D + diag(a_o) W_ho,
+    so A [vc; vh] = [u, k*u + a_o*(W_ho vh)] with u = f0*vc + D vh. W_hf drops out
+    because it multiplies c = 0."""
+
+    def __init__(self, g, mask, W, f, a_i, a_g, a_o, k, readout):
+        super().__init__(g, mask, readout, exact=False)
+        self.W, self.f, self.a_i, self.a_g, self.a_o, self.k = W, f, a_i, a_g, a_o, k
+        self.H = W.shape[1]
+
+    def _apply(self, t, V):
+        vc, vh = V.split(self.H, -1)
+        ui, _, ug, uo = (vh @ self.W.T).chunk(4, -1)
+        u = self.f[:, t, None] * vc + self.a_i[:, t, None] * ui + self.a_g[:, t, None] * ug
+        return torch.cat([u, self.k[:, t, None] * u + self.a_o[:, t, None] * uo], -1)
+
+    def _rapply(self, t, R):
+        rc, rh = R.split(self.H, -1)
+        q = rc + rh * self.k[:, t, None]
+        coef = torch.cat([q * self.a_i[:, t, None], torch.zeros_like(q),
+                          q * self.a_g[:, t, None], rh * self.a_o[:, t, None]], -1)
+        return torch.cat([q * self.f[:, t, None], coef @ self.W], -1)
+
+
+CLASSIC = {"elman": Elman, "gru": GRU, "lstm": LSTM}
+
+
+def from_torch(module: nn.Module) -> Cell:
+    """An rnnlens cell with the weights of a trained torch.nn.RNN, GRU or LSTM.
+
+    Single layer, one direction, no projection (multi-layer and bidirectional modules are
+    explained by the interpretation issue's explainer). The copy has torch's outputs.
+    """
+    kinds = {nn.RNN: "elman", nn.GRU: "gru", nn.LSTM: "lstm"}
+    kind = kinds.get(type(module))
+    if kind is None:
+        raise RnnlensError(f"from_torch takes torch.nn.RNN, GRU or LSTM, not {type(module).__name__}")
+    if module.num_layers != 1 or module.bidirectional:
+        raise RnnlensError("from_torch takes a single-layer, one-direction module "
+                           f"(got num_layers={module.num_layers}, bidirectional={module.bidirectional})")
+    if getattr(module, "proj_size", 0):
+        raise RnnlensError("from_torch does not take an LSTM with proj_size > 0")
+    kwargs = {"nonlinearity": module.nonlinearity} if kind == "elman" else {}
+    cell = CLASSIC[kind](module.input_size, module.hidden_size, **kwargs)
+    w = module.weight_ih_l0
+    cell.to(device=w.device, dtype=w.dtype)
+    with torch.no_grad():
+        cell.weight_ih.copy_(module.weight_ih_l0)
+        cell.weight_hh.copy_(module.weight_hh_l0)
+        if module.bias:
+            cell.bias_ih.copy_(module.bias_ih_l0)
+            cell.bias_hh.copy_(module.bias_hh_l0)
+        else:
+            cell.bias_ih.zero_()
+            cell.bias_hh.zero_()
+    return cell

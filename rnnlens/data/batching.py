@@ -1,0 +1,108 @@
+"""Examples, padded batches, and length-bucketed batch order."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import torch
+
+from .vocab import Vocab
+
+
+@dataclass
+class Example:
+    """One instance: its tokens and a target (a class index for classification)."""
+
+    tokens: list[str]
+    label: int | float | None = None
+
+
+@dataclass
+class Batch:
+    """A padded batch, batch-first and right-padded.
+
+    tokens:  [B, T] long, pad id 0 past each length
+    mask:    [B, T] bool, True on real tokens
+    lengths: [B] long
+    targets: [B] (long for classes, float for regression) or None
+    """
+
+    tokens: torch.Tensor
+    mask: torch.Tensor
+    lengths: torch.Tensor
+    targets: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to(self, device) -> "Batch":
+        t = self.targets.to(device) if self.targets is not None else None
+        return Batch(self.tokens.to(device), self.mask.to(device), self.lengths.to(device), t, self.extra)
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+
+def collate(examples: Sequence[Example], vocab: Vocab) -> Batch:
+    """Encode and pad examples into one Batch. Empty token lists are kept as length 0."""
+    ids = [vocab.encode(ex.tokens) for ex in examples]
+    lengths = torch.tensor([len(x) for x in ids], dtype=torch.long)
+    T = max(1, int(lengths.max())) if len(ids) else 1
+    tokens = torch.full((len(ids), T), vocab.pad_id, dtype=torch.long)
+    for b, x in enumerate(ids):
+        if x:
+            tokens[b, : len(x)] = torch.tensor(x, dtype=torch.long)
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    targets = None
+    labels = [ex.label for ex in examples]
+    if labels and all(lab is not None for lab in labels):
+        dtype = torch.float32 if any(isinstance(lab, float) for lab in labels) else torch.long
+        targets = torch.tensor(labels, dtype=dtype)
+    return Batch(tokens, mask, lengths, targets)
+
+
+def bucket_batches(lengths: Sequence[int], batch_size: int, shuffle: bool = True,
+                   seed: int = 0, bucket_factor: int = 50) -> list[list[int]]:
+    """Indices grouped into batches of similar length, so little compute goes to padding.
+
+    The data are shuffled, cut into buckets of batch_size * bucket_factor examples, each
+    bucket sorted by length and cut into batches; then the batch order is shuffled. With
+    shuffle=False the batches follow sorted length, which is deterministic and tight.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
+    idx = list(range(len(lengths)))
+    if not shuffle:
+        idx.sort(key=lambda i: lengths[i])
+        return [idx[i: i + batch_size] for i in range(0, len(idx), batch_size)]
+    rng = random.Random(seed)
+    rng.shuffle(idx)
+    bucket = batch_size * bucket_factor
+    batches: list[list[int]] = []
+    for s in range(0, len(idx), bucket):
+        chunk = sorted(idx[s: s + bucket], key=lambda i: lengths[i])
+        batches.extend(chunk[i: i + batch_size] for i in range(0, len(chunk), batch_size))
+    rng.shuffle(batches)
+    return batches
+
+
+class BatchIterator:
+    """Iterates over Batches of a dataset; a new seeded order each epoch."""
+
+    def __init__(self, examples: Sequence[Example], vocab: Vocab, batch_size: int,
+                 shuffle: bool = True, seed: int = 0):
+        self.examples = list(examples)
+        self.vocab = vocab
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+        self._lengths = [len(ex.tokens) for ex in self.examples]
+
+    def __len__(self) -> int:
+        return (len(self.examples) + self.batch_size - 1) // self.batch_size
+
+    def __iter__(self) -> Iterator[Batch]:
+        order = bucket_batches(self._lengths, self.batch_size, self.shuffle, self.seed + self.epoch)
+        self.epoch += 1
+        for ids in order:
+            yield collate([self.examples[i] for i in ids], self.vocab)

@@ -1,0 +1,31 @@
+"""Tokenizer: whitespace split with punctuation split off, optional lowercasing."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# A token is a run of word characters (letters, digits, underscore, with inner
+# apostrophes or hyphens kept: "don't", "well-made"), or one punctuation character.
+_TOKEN = re.compile(r"\w+(?:['\u2019\-]\w+)*|[^\w\s]", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """Splits text into tokens.
+
+    lowercase: fold case before splitting.
+    split_punct: split punctuation into tokens of its own; otherwise split on whitespace only.
+    """
+
+    lowercase: bool = True
+    split_punct: bool = True
+
+    def __call__(self, text: str) -> list[str]:
+        if self.lowercase:
+            text = text.lower()
+        if self.split_punct:
+            return _TOKEN.findall(text)
+        return text.split()
+
+    def to_dict(self) -> dict:
+        return {"lowercase": self.lowercase, "split_punct": self.split_punct}
