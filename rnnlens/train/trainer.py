@@ -77,7 +77,8 @@ class Trainer:
         sums: dict[str, float] = {}
         loss_sum, n = 0.0, 0
         bar = tqdm(batches, total=len(batches) if hasattr(batches, "__len__") else None,
-                   desc=f"epoch {epoch}", disable=not self.progress, leave=False, dynamic_ncols=True)
+                   desc=f"epoch {epoch}", disable=None if self.progress else True, leave=False,
+                   dynamic_ncols=True, mininterval=0.5)
         for batch in bar:
             batch = batch.to(self.device)
             self.step += 1
@@ -96,8 +97,10 @@ class Trainer:
             with torch.no_grad():
                 for k, v in self.model.head.metrics(out, batch).items():
                     sums[k] = sums.get(k, 0.0) + v
-            shown = self.model.head.finalize(sums)
-            bar.set_postfix(loss=f"{loss_sum / n:.4f}", **{k: f"{v:.3f}" for k, v in shown.items()})
+            if not bar.disable and self.step % 10 == 0:
+                shown = self.model.head.finalize(sums)
+                bar.set_postfix(loss=f"{loss_sum / n:.4f}", **{k: f"{v:.3f}" for k, v in shown.items()},
+                                refresh=False)
         bar.close()
         return {"loss": loss_sum / max(n, 1), **self.model.head.finalize(sums)}
 
@@ -105,7 +108,8 @@ class Trainer:
         """Train for cfg.epochs, stopping early when dev `select` stops improving for
         cfg.patience epochs; the best epoch's weights are restored at the end."""
         self.model.to(self.device)
-        best, best_state, bad = -math.inf, None, 0
+        # Dev metric first, lower dev loss breaks ties (a perfect dev accuracy can still improve).
+        best, best_state, bad = (-math.inf, -math.inf), None, 0
         for epoch in range(1, self.cfg.epochs + 1):
             t0 = time.perf_counter()
             train = self._train_epoch(epoch, train_batches)
@@ -113,9 +117,9 @@ class Trainer:
             if dev_batches is not None:
                 dev = self.evaluate(dev_batches)
                 record.update({f"dev_{k}": v for k, v in dev.items()})
-                score = dev[self.select]
+                score = (dev[self.select], -dev["loss"])
             else:
-                score = -train["loss"]
+                score = (-train["loss"], 0.0)
             record["seconds"] = round(time.perf_counter() - t0, 3)
             if score > best:
                 best, bad, self.best_epoch = score, 0, epoch

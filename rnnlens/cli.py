@@ -1,0 +1,159 @@
+"""The `rnnlens` command line. Bad input ends with one line on stderr and exit code 2."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import RnnlensError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and still exit code 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    from .train.config import flat_fields
+
+    g = p.add_argument_group("config overrides (each also settable in --config)")
+    for name, (section, _typ) in flat_fields().items():
+        g.add_argument(f"--{name.replace('_', '-')}", dest=f"cfg:{section}.{name}", metavar="V",
+                       help=f"{section}.{name}")
+
+
+def cmd_demo(args) -> int:
+    from .demo import polarity_table_text, run_demo
+
+    res = run_demo(args.out, force=args.force, cell=args.cell, seed=args.seed, epochs=args.epochs,
+                   double_negation=not args.no_double_negation, progress=not args.quiet)
+    print(polarity_table_text({**res["table"], "negation_flips": res["negation_flips"],
+                               "double_negation_restores": res["double_negation_restores"],
+                               "adjectives": len(res["adjectives"])}))
+    acc = (res["test"] or {}).get("accuracy")
+    print(f"test accuracy {acc:.3f}; wrote {args.out}/report.html in {res['seconds']:.1f}s")
+    return 0
+
+
+def cmd_train(args) -> int:
+    from .train.checkpoint import output_dir
+    from .train.config import Config, load_config_file
+    from .train.run import train_run
+
+    cfg = load_config_file(args.config) if args.config else Config()
+    d = cfg.to_dict()
+    for key, value in vars(args).items():
+        if key.startswith("cfg:") and value is not None:
+            section, name = key[4:].split(".")
+            d[section][name] = value
+    cfg = Config.from_dict(d)
+    with output_dir(args.out, force=args.force) as tmp:
+        res = train_run(cfg, tmp, progress=not args.quiet)
+    if res.test:
+        print("test " + " ".join(f"{k}={v:.4f}" for k, v in res.test.items()))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_explain(args) -> int:
+    from .analysis.sentence import explain_tokens
+    from .data.tokenize import Tokenizer
+    from .train.checkpoint import load_checkpoint
+
+    model, cfg, vocab, meta = load_checkpoint(args.model)
+    tok = Tokenizer(**meta.get("tokenizer", {}))
+    tokens = tok(args.text)
+    if not tokens:
+        raise RnnlensError("the text is empty: nothing to explain")
+    labels = meta["labels"]
+    if args.target is not None and args.target not in labels:
+        raise RnnlensError(f"--target {args.target!r} is not a label of this model: {', '.join(labels)}")
+    ex = explain_tokens(model, vocab, tokens, labels, target=args.target)
+    if ex.unknown:
+        which = "all tokens are" if len(ex.unknown) == len(tokens) else "some tokens are"
+        print(f"warning: {which} unknown to the model and read as <unk>: {' '.join(sorted(set(ex.unknown)))}",
+              file=sys.stderr)
+    if args.png:
+        from .viz.plots import ngram_heatmap
+
+        png = Path(args.png)
+        if png.exists() and not args.force:
+            raise RnnlensError(f"{png} exists; use --force to replace it")
+        if not png.parent.is_dir():
+            raise RnnlensError(f"folder {png.parent} does not exist")
+        tmp = png.with_name(f".{png.name}.tmp.png")
+        ngram_heatmap(ex.tokens, ex.scores, tmp, f"n-gram scores toward '{ex.target}'")
+        tmp.replace(png)
+    if args.json:
+        print(json.dumps(ex.to_dict(), indent=2))
+        return 0
+    rows = ex.ngrams()
+    if args.top:
+        rows = sorted(rows, key=lambda r: -abs(r["score"]))[: args.top]
+    probs = ", ".join(f"{lab} {p:.3f}" for lab, p in zip(labels, ex.probabilities))
+    print(f"prediction: {ex.prediction} ({probs})")
+    kind = "exact" if ex.exact else "first-order"
+    print(f"score toward '{ex.target}': {ex.logit:+.3f} = n-grams {ex.ngram_total:+.3f} "
+          f"+ remainder {ex.remainder:+.3f} ({kind} view)")
+    width = max(10, min(60, max(len(r["text"]) for r in rows)))
+    print(f"{'start':>5} {'end':>4}  {'n-gram':<{width}} {'score':>8}")
+    for r in rows:
+        text = r["text"] if len(r["text"]) <= width else r["text"][: width - 1] + "…"
+        print(f"{r['start']:>5} {r['end']:>4}  {text:<{width}} {r['score']:>+8.3f}")
+    if args.png:
+        print(f"wrote {args.png}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="rnnlens", description="Train recurrent networks and read what they compute as n-grams.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    d = sub.add_parser("demo", help="train a GRU on the built-in polarity corpus and write a report")
+    d.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
+    d.add_argument("--force", action="store_true", help="replace the output folder if it exists")
+    d.add_argument("--cell", default="gru", choices=["elman", "gru", "lstm"])
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--epochs", type=int, default=None)
+    d.add_argument("--no-double-negation", action="store_true",
+                   help="leave 'not not X' out of training (the sequence-level paper's Figure 1)")
+    d.add_argument("--quiet", action="store_true", help="no progress bar")
+    d.set_defaults(func=cmd_demo)
+
+    t = sub.add_parser("train", help="train a classifier from flags and/or a config file")
+    t.add_argument("--config", help="JSON (or TOML) file with sections data, model, train")
+    t.add_argument("--out", required=True, help="checkpoint folder to create")
+    t.add_argument("--force", action="store_true", help="replace the output folder if it exists")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_config_flags(t)
+    t.set_defaults(func=cmd_train)
+
+    e = sub.add_parser("explain", help="the n-grams of a text and their scores")
+    e.add_argument("--model", required=True, help="checkpoint folder")
+    e.add_argument("text")
+    e.add_argument("--target", help="label to explain (default: the prediction)")
+    e.add_argument("--top", type=int, default=0, help="show only the K n-grams with the largest |score|")
+    e.add_argument("--json", action="store_true", help="machine-readable output")
+    e.add_argument("--png", help="also write the n-gram heatmap to this PNG file")
+    e.add_argument("--force", action="store_true", help="replace the PNG file if it exists")
+    e.set_defaults(func=cmd_explain)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except RnnlensError as e:
+        print(f"rnnlens: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rnnlens: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
