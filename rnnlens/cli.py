@@ -63,6 +63,12 @@ def cmd_explain(args) -> int:
     from .data.tokenize import Tokenizer
     from .train.checkpoint import load_checkpoint
 
+    png = Path(args.png) if args.png else None
+    if png is not None:  # check the output before doing any work
+        if png.exists() and not args.force:
+            raise RnnlensError(f"{png} exists; use --force to replace it")
+        if not png.parent.is_dir():
+            raise RnnlensError(f"folder {png.parent} does not exist")
     model, cfg, vocab, meta = load_checkpoint(args.model)
     tok = Tokenizer(**meta.get("tokenizer", {}))
     tokens = tok(args.text)
@@ -79,11 +85,6 @@ def cmd_explain(args) -> int:
     if args.png:
         from .viz.plots import ngram_heatmap
 
-        png = Path(args.png)
-        if png.exists() and not args.force:
-            raise RnnlensError(f"{png} exists; use --force to replace it")
-        if not png.parent.is_dir():
-            raise RnnlensError(f"folder {png.parent} does not exist")
         tmp = png.with_name(f".{png.name}.tmp.png")
         ngram_heatmap(ex.tokens, ex.scores, tmp, f"n-gram scores toward '{ex.target}'")
         tmp.replace(png)

@@ -44,7 +44,8 @@ def valid_pairs(view: LinearView) -> torch.Tensor:
 
 
 def ngram_vectors(view: LinearView) -> torch.Tensor:
-    """All n-gram vectors v_{i:t}: [B, T(end t), T(start i), S], zero where i > t.
+    """All n-gram vectors v_{i:t}: [B, T(end t), T(start i), S], zero where i > t or
+    where either end is a pad position.
 
     Forward recursion: the vectors ending at t are A(x_t) times those ending at t-1, plus
     the new unigram g(x_t). O(T^2 S^2) time, O(T^2 S) memory.
@@ -55,11 +56,12 @@ def ngram_vectors(view: LinearView) -> torch.Tensor:
     for t in range(T):
         V = torch.cat([view.apply(t, V), view.g[:, t, None]], 1) if t else view.g[:, :1]
         out[:, t, : t + 1] = V
-    return out
+    return _zero_invalid(view, out)
 
 
 def ngram_scores(view: LinearView, w: torch.Tensor) -> torch.Tensor:
-    """Scores s_{i:t} = w^T v_{i:t} of every n-gram: [B, T(end), T(start), C], 0 where i > t.
+    """Scores s_{i:t} = w^T v_{i:t} of every n-gram: [B, T(end), T(start), C], zero where
+    i > t or at pad positions.
 
     Same recursion as ngram_vectors but keeps only the scores: O(T S) vector memory.
     """
@@ -70,11 +72,18 @@ def ngram_scores(view: LinearView, w: torch.Tensor) -> torch.Tensor:
     for t in range(T):
         V = torch.cat([view.apply(t, V), view.g[:, t, None]], 1) if t else view.g[:, :1]
         out[:, t, : t + 1] = V @ W.T
-    return out
+    return _zero_invalid(view, out)
+
+
+def _zero_invalid(view: LinearView, x: torch.Tensor) -> torch.Tensor:
+    if view.mask is None:
+        return x
+    return x * valid_pairs(view)[..., None].to(x.dtype)
 
 
 def scores_ending_at(view: LinearView, w: torch.Tensor, t: int) -> torch.Tensor:
-    """Scores of all n-grams ending at position t: [B, t+1 (start), C], in O(t S^2 C).
+    """Scores of all n-grams ending at position t: [B, t+1 (start), C], in O(t S^2 C);
+    zero where t or the start is a pad position.
 
     Reverse recursion r <- r A(x_k) (NOTES.md): w^T A(x_t)...A(x_{i+1}) g(x_i) is the row
     r_i = w^T A(x_t)...A(x_{i+1}) times g(x_i); nothing is materialised.
@@ -87,7 +96,10 @@ def scores_ending_at(view: LinearView, w: torch.Tensor, t: int) -> torch.Tensor:
         out.append(torch.einsum("bcs,bs->bc", R, view.g[:, i]))
         if i:
             R = view.rapply(i, R)
-    return torch.stack(out[::-1], 1)
+    out = torch.stack(out[::-1], 1)
+    if view.mask is not None:
+        out = out * valid_pairs(view)[:, t, : t + 1, None].to(out.dtype)
+    return out
 
 
 def initial_part(view: LinearView) -> torch.Tensor | None:
@@ -138,7 +150,6 @@ def explain(view: LinearView, w: torch.Tensor, states: torch.Tensor) -> Explanat
     W = _readout_rows(view, w)
     scores = ngram_scores(view, w)
     valid = valid_pairs(view)
-    scores = scores * valid[..., None].to(scores.dtype)
     context = scores.sum(2)
     init = initial_part(view)
     if init is not None:

@@ -1,7 +1,7 @@
 """Recurrent cells. CELLS maps a config name to its class."""
-from .base import Cell, LinearView, StructuredView
+from .base import Cell, DenseView, LinearView, StructuredView
 from .classic import GRU, LSTM, Elman, from_torch
 
 CELLS = {"elman": Elman, "gru": GRU, "lstm": LSTM}
 
-__all__ = ["CELLS", "Cell", "LinearView", "StructuredView", "Elman", "GRU", "LSTM", "from_torch"]
+__all__ = ["CELLS", "Cell", "DenseView", "LinearView", "StructuredView", "Elman", "GRU", "LSTM", "from_torch"]

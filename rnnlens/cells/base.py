@@ -88,6 +88,21 @@ class LinearView:
         return torch.stack(out, 1)
 
 
+class DenseView(LinearView):
+    """A(x_t) given as dense matrices A[B,T,S,S]: hand-set fixtures, and families whose
+    words are matrices (the MM baseline, the unitary network)."""
+
+    def __init__(self, g, A, mask=None, readout=slice(None), exact=True, h0=None):
+        super().__init__(g, mask, readout, exact, h0)
+        self.A = A
+
+    def _apply(self, t, V):
+        return V @ self.A[:, t].transpose(-1, -2)
+
+    def _rapply(self, t, R):
+        return R @ self.A[:, t]
+
+
 class StructuredView(LinearView):
     """A(x_t) = sum_k diag(a_k(x_t)) W_k + diag(d(x_t)), the form of Elman and GRU views.
 

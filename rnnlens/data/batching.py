@@ -60,8 +60,11 @@ def collate(examples: Sequence[Example], vocab: Vocab) -> Batch:
     return Batch(tokens, mask, lengths, targets)
 
 
+BUCKET_FACTOR = 50
+
+
 def bucket_batches(lengths: Sequence[int], batch_size: int, shuffle: bool = True,
-                   seed: int = 0, bucket_factor: int = 50) -> list[list[int]]:
+                   seed: int = 0, bucket_factor: int = BUCKET_FACTOR) -> list[list[int]]:
     """Indices grouped into batches of similar length, so little compute goes to padding.
 
     The data are shuffled, cut into buckets of batch_size * bucket_factor examples, each
@@ -99,7 +102,11 @@ class BatchIterator:
         self._lengths = [len(ex.tokens) for ex in self.examples]
 
     def __len__(self) -> int:
-        return (len(self.examples) + self.batch_size - 1) // self.batch_size
+        n, bs = len(self.examples), self.batch_size
+        if not self.shuffle:
+            return -(-n // bs)
+        bucket = bs * BUCKET_FACTOR
+        return sum(-(-min(bucket, n - s) // bs) for s in range(0, n, bucket))
 
     def __iter__(self) -> Iterator[Batch]:
         order = bucket_batches(self._lengths, self.batch_size, self.shuffle, self.seed + self.epoch)

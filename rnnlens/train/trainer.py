@@ -86,7 +86,7 @@ class Trainer:
             out = self.model(batch)
             loss = self.model.loss(out, batch)
             if not torch.isfinite(loss):
-                raise RnnlensError(f"loss became {float(loss)} at step {self.step} (epoch {epoch}); "
+                raise RnnlensError(f"loss became {loss.item()} at step {self.step} (epoch {epoch}); "
                                    "lower the learning rate or turn on clipping")
             loss.backward()
             if self.cfg.clip:
