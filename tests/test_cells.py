@@ -118,3 +118,19 @@ def test_from_torch_refuses_what_it_cannot_copy():
                 nn.LSTM(E, H, proj_size=2), nn.Linear(E, H)):
         with pytest.raises(RnnlensError):
             from_torch(bad)
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+@pytest.mark.parametrize("name", list(CELLS))
+def test_cuda_matches_cpu(name):
+    cell = make(name)
+    x, mask, _ = padded_batch()
+    out, final = cell(x, mask)
+    gpu = make(name).cuda()
+    out_g, final_g = gpu(x.cuda(), mask.cuda())
+    assert max_diff(out_g.cpu(), out) < 1e-10 and max_diff(final_g.cpu(), final) < 1e-10
+    view, view_g = cell.linear_view(x, mask), gpu.linear_view(x.cuda(), mask.cuda())
+    assert max_diff(view_g.matrix(2).cpu(), view.matrix(2)) < 1e-10

@@ -213,3 +213,24 @@ def test_console_command_runs_as_a_process(model_dir):
     p = subprocess.run([sys.executable, "-m", "rnnlens", "explain", "--model", str(model_dir), "good film"],
                        capture_output=True, text=True, env=env)
     assert p.returncode == 0 and "prediction:" in p.stdout
+
+
+def test_multiclass_mean_pooling_with_bias_adds_up(tmp_path, capsys):
+    rows = ["a\tred apple", "b\tblue sky", "c\tgreen grass", "a\tred car", "b\tblue sea", "c\tgreen tree"] * 8
+    (tmp_path / "t.tsv").write_text("\n".join(rows))
+    out = tmp_path / "m"
+    code, _, _ = run(capsys, "train", "--corpus", "tsv", "--train-file", str(tmp_path / "t.tsv"), "--out", str(out),
+                     "--pooling", "mean", "--output-bias", "true", "--cell", "lstm", *TINY)
+    assert code == 0
+    for target in ("a", "b", "c"):
+        code, stdout, _ = run(capsys, "explain", "--model", str(out), "red sky", "--json", "--target", target)
+        d = json.loads(stdout)
+        assert len(d["probabilities"]) == 3 and abs(sum(d["probabilities"]) - 1) < 1e-6
+        assert abs(d["logit"] - d["ngram_total"] - d["remainder"]) < 1e-5 and not d["exact"]
+        # The explained score is the model's own logit without the bias.
+        from rnnlens.data.batching import Example, collate
+        from rnnlens.train.checkpoint import load_checkpoint
+        model, _, vocab, meta = load_checkpoint(out)
+        k = meta["labels"].index(target)
+        logits = model(collate([Example(["red", "sky"])], vocab))[0]
+        assert abs(logits[k].item() - model.head.out.bias[k].item() - d["logit"]) < 1e-5
