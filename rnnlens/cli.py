@@ -21,8 +21,8 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("config overrides (each also settable in --config)")
     for name, (section, _typ) in flat_fields().items():
-        g.add_argument(f"--{name.replace('_', '-')}", dest=f"cfg:{section}.{name}", metavar="V",
-                       help=f"{section}.{name}")
+        flags = [f"--{name.replace('_', '-')}"] + (["--data"] if name == "corpus" else [])
+        g.add_argument(*flags, dest=f"cfg:{section}.{name}", metavar="V", help=f"{section}.{name}")
 
 
 def cmd_demo(args) -> int:
@@ -43,7 +43,7 @@ def cmd_train(args) -> int:
     from .train.config import Config, load_config_file
     from .train.run import train_run
 
-    cfg = load_config_file(args.config) if args.config else Config()
+    cfg = load_config_file(args.config, budget=args.budget) if args.config else Config()
     d = cfg.to_dict()
     for key, value in vars(args).items():
         if key.startswith("cfg:") and value is not None:
@@ -52,9 +52,43 @@ def cmd_train(args) -> int:
     cfg = Config.from_dict(d)
     with output_dir(args.out, force=args.force) as tmp:
         res = train_run(cfg, tmp, progress=not args.quiet)
+    for note in res.notes:
+        print(f"note: {note}")
     if res.test:
         print("test " + " ".join(f"{k}={v:.4f}" for k, v in res.test.items()))
     print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from .train.checkpoint import load_checkpoint
+    from .train.run import batches, check_device, load_data
+    from .train.trainer import Trainer
+
+    check_device(args.device)
+    model, cfg, vocab, meta = load_checkpoint(args.model, device=args.device)
+    if args.data_dir:
+        cfg.data.data_dir = args.data_dir
+    cfg.data.max_train_examples = None
+    cfg.train.device = args.device
+    data = load_data(cfg)
+    if data.task != meta.get("task", "classify") or data.labels != meta["labels"]:
+        raise RnnlensError("the data found now does not have the task and labels the model was trained on")
+    if args.split not in data.splits:
+        raise RnnlensError(f"split {args.split!r} is not available; available: {', '.join(data.splits)}")
+    scores = Trainer(model, cfg.train, progress=False).evaluate(
+        batches(cfg, data.task, data.splits[args.split], vocab, train=False))
+    if args.json:
+        print(json.dumps({"split": args.split, **scores}))
+    else:
+        print(f"{args.split} " + " ".join(f"{k}={v:.4f}" for k, v in scores.items()))
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from .bench import run_bench
+
+    run_bench(cell=args.cell, hidden=args.hidden, batch=args.batch, length=args.length, steps=args.steps)
     return 0
 
 
@@ -126,11 +160,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a classifier from flags and/or a config file")
     t.add_argument("--config", help="JSON (or TOML) file with sections data, model, train")
+    t.add_argument("--budget", help="a named budget of the config file (e.g. quick); default: full")
     t.add_argument("--out", required=True, help="checkpoint folder to create")
     t.add_argument("--force", action="store_true", help="replace the output folder if it exists")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_config_flags(t)
     t.set_defaults(func=cmd_train)
+
+    v = sub.add_parser("eval", help="evaluate a trained model on a split of its dataset")
+    v.add_argument("--model", required=True, help="checkpoint folder")
+    v.add_argument("--split", default="test")
+    v.add_argument("--data-dir", help="where the dataset is now (default: where it was in training)")
+    v.add_argument("--device", default="cpu")
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=cmd_eval)
+
+    b = sub.add_parser("bench", help="training tokens/s of every head at a fixed small setting")
+    b.add_argument("--cell", default="gru")
+    b.add_argument("--hidden", type=int, default=128)
+    b.add_argument("--batch", type=int, default=32)
+    b.add_argument("--length", type=int, default=35)
+    b.add_argument("--steps", type=int, default=10)
+    b.set_defaults(func=cmd_bench)
 
     e = sub.add_parser("explain", help="the n-grams of a text and their scores")
     e.add_argument("--model", required=True, help="checkpoint folder")

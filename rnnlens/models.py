@@ -1,35 +1,72 @@
-"""Embedding -> recurrent cell -> head, built from a config."""
+"""Encoder + task head, built from a config: the one model class every task uses."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from .cells import CELLS
 from .cells.base import LinearView
 from .data.batching import Batch
-from .heads.classify import ClassificationHead
+from .encoder import build_encoder
+from .errors import RnnlensError
 from .train.config import ModelConfig
 
 
-class RNNClassifier(nn.Module):
-    """tokens[B,T] -> embeddings[B,T,E] -> cell -> states[B,T,H] -> head.
+def build_head(cfg: ModelConfig, task: str, encoder, labels: list[str] | None, vocab_size: int):
+    from .heads.classify import ClassificationHead, RegressionHead, RelationHead
+    from .heads.lm import LMHead
+    from .heads.tagger import TaggerHead
 
-    `linear_view(batch)` and `states(batch)` expose what the decomposition needs; both run
-    without dropout so they describe the trained function itself.
+    D = encoder.output_size
+    sentence = dict(pooling=cfg.pooling, bias=cfg.output_bias, dropout=cfg.dropout,
+                    mlp_hidden=cfg.mlp_hidden, final=encoder.final)
+    if task == "classify":
+        return ClassificationHead(D, len(labels), **sentence)
+    if task == "regress":
+        return RegressionHead(D, **sentence)
+    if task == "relation":
+        return RelationHead(D, labels, **sentence)
+    if task == "tag":
+        return TaggerHead(D, labels, dropout=cfg.dropout)
+    if task == "lm":
+        if cfg.bidirectional or cfg.cell == "transformer":
+            raise RnnlensError("a language model needs a one-direction recurrent encoder")
+        return LMHead(D, vocab_size, encoder.embedding, tie=cfg.tie_weights,
+                      cutoffs=cfg.adaptive_softmax, dropout=cfg.dropout)
+    raise RnnlensError(f"unknown task {task!r}")
+
+
+class RNNModel(nn.Module):
+    """tokens[B,T] -> encoder -> states[B,T,D] -> head.
+
+    For language modelling the encoder state is carried from one batch to the next (truncated
+    BPTT over consecutive segments); `reset_state()` starts a new stream. `linear_view(batch)`
+    and `states(batch)` expose what the decomposition needs; both run without dropout.
     """
 
-    def __init__(self, cfg: ModelConfig, vocab_size: int, num_classes: int):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, task: str = "classify",
+                 labels: list[str] | None = None):
         super().__init__()
         self.cfg = cfg
-        self.embedding = nn.Embedding(vocab_size, cfg.embedding_dim, padding_idx=0)
-        self.cell = CELLS[cfg.cell](cfg.embedding_dim, cfg.hidden_size)
-        self.dropout = nn.Dropout(cfg.dropout)
-        self.head = ClassificationHead(cfg.hidden_size, num_classes, cfg.pooling,
-                                       bias=cfg.output_bias, dropout=cfg.dropout)
+        self.task = task
+        self.labels = labels
+        self.encoder = build_encoder(cfg, vocab_size)
+        self.head = build_head(cfg, task, self.encoder, labels, vocab_size)
+        self._carry = None
+
+    @property
+    def embedding(self) -> nn.Embedding:
+        return self.encoder.embedding
+
+    def reset_state(self) -> None:
+        self._carry = None
 
     def encode(self, batch: Batch) -> torch.Tensor:
-        x = self.dropout(self.embedding(batch.tokens))
-        out, _ = self.cell(x, batch.mask)
+        carry = self.task == "lm"
+        if carry and self._carry is not None and self._carry[0].shape[0] != len(batch):
+            self._carry = None
+        out, state = self.encoder(batch.tokens, batch.mask, self._carry if carry else None)
+        if carry:
+            self._carry = [s.detach() for s in state]
         return out
 
     def forward(self, batch: Batch) -> torch.Tensor:
@@ -41,12 +78,12 @@ class RNNClassifier(nn.Module):
     # --- analysis hooks -------------------------------------------------------------
     @torch.no_grad()
     def linear_view(self, batch: Batch) -> LinearView:
-        return self.cell.linear_view(self.embedding(batch.tokens), batch.mask)
+        return self.encoder.linear_view(batch.tokens, batch.mask)
 
     @torch.no_grad()
     def states(self, batch: Batch) -> torch.Tensor:
-        """The cell's full state [B,T,S] at every step (the LSTM's [c; h])."""
-        return self.cell.scan(self.embedding(batch.tokens), batch.mask)[0]
+        """The first cell's full state [B,T,S] at every step (the LSTM's [c; h])."""
+        return self.encoder.states(batch.tokens, batch.mask)
 
     @property
     def readout_weight(self) -> torch.Tensor:

@@ -8,7 +8,7 @@ from rnnlens.data.batching import BatchIterator
 from rnnlens.data.synthetic import PolarityCorpus
 from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
-from rnnlens.models import RNNClassifier
+from rnnlens.models import RNNModel
 from rnnlens.train.checkpoint import load_checkpoint, output_dir
 from rnnlens.train.config import Config, load_config_file
 from rnnlens.train.run import train_run
@@ -23,7 +23,7 @@ def small_setup(optimizer="adagrad", lr=0.05, cell="gru", epochs=4):
     vocab = Vocab.build(ex.tokens for ex in corpus.split("train"))
     cfg = Config.from_dict({"model": {"cell": cell, "embedding_dim": 16, "hidden_size": 16},
                             "train": {"optimizer": optimizer, "lr": lr, "epochs": epochs}})
-    model = RNNClassifier(cfg.model, len(vocab), 2)
+    model = RNNModel(cfg.model, len(vocab), "classify", ["negative", "positive"])
     train = BatchIterator(corpus.split("train"), vocab, 32, seed=0)
     dev = BatchIterator(corpus.split("dev"), vocab, 32, shuffle=False)
     return model, cfg, train, dev
@@ -101,7 +101,7 @@ def test_config_validation_lists_valid_keys(tmp_path):
     with pytest.raises(RnnlensError, match="valid: data, model, train"):
         Config.from_dict({"modle": {}})
     with pytest.raises(RnnlensError, match="cell"):
-        Config.from_dict({"model": {"cell": "transformer"}})
+        Config.from_dict({"model": {"cell": "bogus"}})
     with pytest.raises(RnnlensError, match="must be int"):
         Config.from_dict({"model": {"hidden_size": 2.5}})
     with pytest.raises(RnnlensError, match="version 99"):

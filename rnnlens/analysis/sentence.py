@@ -62,7 +62,7 @@ def explain_tokens(model, vocab: Vocab, tokens: list[str], labels: list[str],
     ex = explain(view, w, model.states(batch))
     T = len(tokens)
     ctx, mdl = ex.context[0, :, 0], ex.model[0, :, 0]
-    if model.head.pooling == "mean":
+    if getattr(model.head, "pooling", "final") == "mean":
         total, logit = ctx.mean().item(), mdl.mean().item()
     else:
         total, logit = ctx[T - 1].item(), mdl[T - 1].item()

@@ -23,6 +23,9 @@ class _Classic(Cell):
         super().__init__()
         self.input_size = input_size
         self.hidden_size = hidden_size
+        # Variational recurrent dropout (Gal & Ghahramani): in training, one mask per
+        # sequence on h_{t-1} where it enters W_hh. Off in eval, so analysis is unaffected.
+        self.recurrent_dropout = 0.0
         G = self.gates * hidden_size
         self.weight_ih = nn.Parameter(torch.empty(G, input_size))
         self.weight_hh = nn.Parameter(torch.empty(G, hidden_size))
@@ -44,9 +47,16 @@ class _Classic(Cell):
     def _scan(self, x, mask, s):
         P = self._project(x)
         Wt = self.weight_hh.T
+        drop = None
+        if self.training and self.recurrent_dropout > 0:
+            keep = 1.0 - self.recurrent_dropout
+            drop = torch.bernoulli(x.new_full((x.shape[0], self.hidden_size), keep)) / keep
         outs = []
         for t in range(x.shape[1]):
-            new = self._update(P[:, t], torch.addmm(self.bias_hh, self._recurrent_input(s), Wt), s)
+            r = self._recurrent_input(s)
+            if drop is not None:
+                r = r * drop
+            new = self._update(P[:, t], torch.addmm(self.bias_hh, r, Wt), s)
             s = new if mask is None else torch.where(mask[:, t, None], new, s)
             outs.append(s)
         return torch.stack(outs, 1), s

@@ -54,7 +54,12 @@ def collate(examples: Sequence[Example], vocab: Vocab) -> Batch:
     mask = torch.arange(T)[None, :] < lengths[:, None]
     targets = None
     labels = [ex.label for ex in examples]
-    if labels and all(lab is not None for lab in labels):
+    if labels and all(isinstance(lab, list) for lab in labels):      # one tag per token
+        targets = torch.zeros(len(ids), T, dtype=torch.long)
+        for b, lab in enumerate(labels):
+            if lab:
+                targets[b, : len(lab)] = torch.tensor(lab, dtype=torch.long)
+    elif labels and all(lab is not None for lab in labels):
         dtype = torch.float32 if any(isinstance(lab, float) for lab in labels) else torch.long
         targets = torch.tensor(labels, dtype=dtype)
     return Batch(tokens, mask, lengths, targets)
@@ -113,3 +118,30 @@ class BatchIterator:
         self.epoch += 1
         for ids in order:
             yield collate([self.examples[i] for i in ids], self.vocab)
+
+
+class BPTTIterator:
+    """Truncated back-propagation through time over one token stream.
+
+    The stream is cut into batch_size parallel rows (as pytorch/examples' batchify does);
+    each batch is the next [B, bptt] segment of every row, with targets shifted by one.
+    Consecutive batches continue each other, so a model can carry its state across them.
+    """
+
+    def __init__(self, ids: list[int] | torch.Tensor, batch_size: int, bptt: int):
+        ids = torch.as_tensor(ids, dtype=torch.long)
+        n = ids.numel() // batch_size
+        if n < 2:
+            raise ValueError(f"a stream of {ids.numel()} tokens is too short for batch size {batch_size}")
+        self.data = ids[: n * batch_size].view(batch_size, n)
+        self.bptt = bptt
+
+    def __len__(self) -> int:
+        return -(-(self.data.shape[1] - 1) // self.bptt)
+
+    def __iter__(self) -> Iterator[Batch]:
+        B, N = self.data.shape
+        for i in range(0, N - 1, self.bptt):
+            L = min(self.bptt, N - 1 - i)
+            yield Batch(self.data[:, i: i + L], torch.ones(B, L, dtype=torch.bool),
+                        torch.full((B,), L, dtype=torch.long), self.data[:, i + 1: i + 1 + L])

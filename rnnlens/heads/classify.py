@@ -1,11 +1,19 @@
-"""Sentence classification head: pool the states, then one linear layer.
+"""Sentence-level heads: classification, regression and relation classification.
 
-A binary task gets a single logit (sigmoid + binary cross-entropy), as in the
-sequence-level paper's "linear layer and sigmoid layer"; its weight row is the polarity
-direction w of eq. 19-20. With bias=False the logit is exactly w^T h, so n-gram scores
-add up to the logit.
+Each pools the encoder's states into one vector per sentence (the final state, or the mean
+of the states), optionally passes it through a 2-layer tanh MLP (as in the
+rational-recurrences paper), and applies one linear layer. A binary task gets a single
+logit (sigmoid + binary cross-entropy), as in the sequence-level paper's "linear layer and
+sigmoid layer"; its weight row is the polarity direction w of eq. 19-20. With bias=False and
+no MLP the logit is exactly w^T h, so n-gram scores add up to it.
+
+Head protocol: forward(states, batch) -> output; loss(output, batch); metrics(output, batch)
+-> dict whose numbers the trainer sums and whose lists it concatenates; finalize(merged) ->
+metrics; `select` = (metric name, "max" | "min") for early stopping.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -14,50 +22,118 @@ from torch import nn
 POOLINGS = ("final", "mean")
 
 
-class ClassificationHead(nn.Module):
-    """forward(states[B,T,H], batch) -> logits [B] (binary) or [B,C]."""
+def mean_pool(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask[..., None].to(states.dtype)
+    return (states * m).sum(1) / m.sum(1).clamp(min=1)
 
-    def __init__(self, hidden_size: int, num_classes: int, pooling: str = "final",
-                 bias: bool = False, dropout: float = 0.0):
+
+def last_pool(states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    return states[torch.arange(states.shape[0], device=states.device), (lengths - 1).clamp(min=0)]
+
+
+class ClassificationHead(nn.Module):
+    """forward(states[B,T,D], batch) -> logits [B] (binary) or [B,C]."""
+
+    select = ("accuracy", "max")
+
+    def __init__(self, input_size: int, num_classes: int, pooling: str = "final", bias: bool = False,
+                 dropout: float = 0.0, mlp_hidden: int | None = None,
+                 final: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}")
-        if num_classes < 2:
-            raise ValueError("a classifier needs at least 2 classes")
         self.num_classes = num_classes
         self.pooling = pooling
+        self.final = final or last_pool
         self.dropout = nn.Dropout(dropout)
-        self.out = nn.Linear(hidden_size, 1 if num_classes == 2 else num_classes, bias=bias)
+        self.mlp = None
+        if mlp_hidden:
+            self.mlp = nn.Sequential(nn.Linear(input_size, mlp_hidden), nn.Tanh(), nn.Dropout(dropout))
+            input_size = mlp_hidden
+        self.out = nn.Linear(input_size, self.output_size(num_classes), bias=bias)
+
+    @staticmethod
+    def output_size(num_classes: int) -> int:
+        if num_classes < 2:
+            raise ValueError("a classifier needs at least 2 classes")
+        return 1 if num_classes == 2 else num_classes
 
     @property
     def readout_weight(self) -> torch.Tensor:
         """[C', H]: the rows that score a state (one row for a binary task)."""
+        if self.mlp is not None:
+            from ..errors import RnnlensError
+            raise RnnlensError("an MLP head has no linear readout: n-gram scores need a linear output layer")
         return self.out.weight
 
     def pool(self, states: torch.Tensor, batch) -> torch.Tensor:
-        """[B,T,H] -> [B,H]: the state at each row's last real token, or the mean."""
+        """[B,T,D] -> [B,D]."""
         if self.pooling == "final":
-            last = (batch.lengths - 1).clamp(min=0)
-            return states[torch.arange(states.shape[0], device=states.device), last]
-        m = batch.mask[..., None].to(states.dtype)
-        return (states * m).sum(1) / m.sum(1).clamp(min=1)
+            return self.final(states, batch.lengths)
+        return mean_pool(states, batch.mask)
 
     def forward(self, states: torch.Tensor, batch) -> torch.Tensor:
-        logits = self.out(self.dropout(self.pool(states, batch)))
-        return logits[:, 0] if self.num_classes == 2 else logits
+        h = self.dropout(self.pool(states, batch))
+        if self.mlp is not None:
+            h = self.mlp(h)
+        logits = self.out(h)
+        return logits[:, 0] if logits.shape[-1] == 1 and self.num_classes == 2 else logits
 
     def loss(self, output: torch.Tensor, batch) -> torch.Tensor:
-        if self.num_classes == 2:
+        if output.dim() == 1:
             return F.binary_cross_entropy_with_logits(output, batch.targets.to(output.dtype))
         return F.cross_entropy(output, batch.targets)
 
     def predict(self, output: torch.Tensor) -> torch.Tensor:
-        return (output > 0).long() if self.num_classes == 2 else output.argmax(-1)
+        return (output > 0).long() if output.dim() == 1 else output.argmax(-1)
 
-    def metrics(self, output: torch.Tensor, batch) -> dict[str, float]:
-        """Sums over the batch; `finalize` turns summed dicts into metrics."""
+    def metrics(self, output: torch.Tensor, batch) -> dict:
         return {"correct": float((self.predict(output) == batch.targets).sum()), "n": float(len(batch))}
 
-    @staticmethod
-    def finalize(sums: dict[str, float]) -> dict[str, float]:
-        return {"accuracy": sums["correct"] / max(sums["n"], 1.0)}
+    def finalize(self, m: dict) -> dict[str, float]:
+        return {"accuracy": m["correct"] / max(m["n"], 1.0)}
+
+
+class RegressionHead(ClassificationHead):
+    """One real output trained with mean squared error (SST-5 as {-2..2}, implicit-ngrams E.1)."""
+
+    select = ("mse", "min")
+
+    def __init__(self, input_size: int, **kw):
+        super().__init__(input_size, 2, **kw)
+
+    def loss(self, output, batch):
+        return F.mse_loss(output, batch.targets.to(output.dtype))
+
+    def metrics(self, output, batch) -> dict:
+        err = output - batch.targets.to(output.dtype)
+        return {"sse": float((err * err).sum()), "n": float(len(batch)),
+                "sign_ok": float(((output > 0) == (batch.targets > 0)).sum()),
+                "nonzero": float((batch.targets != 0).sum())}
+
+    def finalize(self, m: dict) -> dict[str, float]:
+        # sign accuracy over non-neutral targets: the binary view of a regression model
+        return {"mse": m["sse"] / max(m["n"], 1.0), "sign_accuracy": m["sign_ok"] / max(m["nonzero"], 1.0)}
+
+    def predict(self, output):
+        return output
+
+
+class RelationHead(ClassificationHead):
+    """Relation classification scored by the official SemEval-2010 Task 8 macro-F1."""
+
+    select = ("macro_f1", "max")
+
+    def __init__(self, input_size: int, labels: list[str], **kw):
+        super().__init__(input_size, len(labels), **kw)
+        self.labels = labels
+
+    def metrics(self, output, batch) -> dict:
+        return {**super().metrics(output, batch), "pred": self.predict(output).tolist(),
+                "gold": batch.targets.tolist()}
+
+    def finalize(self, m: dict) -> dict[str, float]:
+        from ..metrics import semeval_macro_f1
+
+        scores = semeval_macro_f1([self.labels[i] for i in m["gold"]], [self.labels[i] for i in m["pred"]])
+        return {"accuracy": m["correct"] / max(m["n"], 1.0), "macro_f1": scores["macro_f1"]}

@@ -25,26 +25,26 @@ FORMAT = "rnnlens-checkpoint"
 
 
 def save_checkpoint(path: str | Path, model: torch.nn.Module, cfg: Config, vocab: Vocab,
-                    labels: list[str]) -> None:
+                    labels: list[str] | None, task: str = "classify", notes: list[str] | None = None) -> None:
     """Write config.json, vocab.json and model.safetensors into an existing directory."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_model
 
     path = Path(path)
-    meta = {"format": FORMAT, "labels": labels, "vocab_size": len(vocab),
+    meta = {"format": FORMAT, "task": task, "labels": labels, "vocab_size": len(vocab), "notes": notes or [],
             "tokenizer": Tokenizer(lowercase=cfg.data.lowercase).to_dict(), "config": cfg.to_dict()}
     (path / "config.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
     vocab.save(path / "vocab.json")
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(path / "model.safetensors"), metadata={"format": FORMAT})
+    # save_model drops the duplicates of tied weights (a tied LM shares its embedding).
+    save_model(model.cpu(), str(path / "model.safetensors"), metadata={"format": FORMAT})
     (path / "metrics.jsonl").touch()
 
 
 def load_checkpoint(path: str | Path, device: str = "cpu"):
     """-> (model in eval mode, Config, Vocab, meta dict). Errors are RnnlensError."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_model
 
-    from ..models import RNNClassifier
+    from ..models import RNNModel
 
     path = Path(path)
     if not path.is_dir():
@@ -60,21 +60,26 @@ def load_checkpoint(path: str | Path, device: str = "cpu"):
         raise RnnlensError(f"{path / 'config.json'} is not an rnnlens checkpoint config")
     try:
         cfg = Config.from_dict(meta["config"])
-        labels = [str(x) for x in meta["labels"]]
+        labels = None if meta["labels"] is None else [str(x) for x in meta["labels"]]
         vocab_size = int(meta["vocab_size"])
+        task = str(meta.get("task", "classify"))
     except (KeyError, TypeError, ValueError) as e:
         raise RnnlensError(f"{path / 'config.json'} is incomplete: {e}") from None
     vocab = Vocab.load(path / "vocab.json")
     if len(vocab) != vocab_size:
         raise RnnlensError(f"vocab.json has {len(vocab)} tokens but the model was trained with {vocab_size}")
+    weights = str(path / "model.safetensors")
     try:
-        state = load_file(str(path / "model.safetensors"), device=device)
+        with safe_open(weights, framework="pt") as f:  # reads the header: is the file whole?
+            list(f.keys())
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise RnnlensError(f"{path / 'model.safetensors'} is corrupt: {e}") from None
-    model = RNNClassifier(cfg.model, vocab_size, len(labels))
     try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as e:
+        model = RNNModel(cfg.model, vocab_size, task, labels)
+        load_model(model, weights, strict=True)
+    except SafetensorError as e:
+        raise RnnlensError(f"{path / 'model.safetensors'} is corrupt: {e}") from None
+    except (RuntimeError, ValueError, TypeError) as e:
         first = str(e).strip().splitlines()[0]
         raise RnnlensError(f"{path / 'model.safetensors'} does not match config.json: {first}") from None
     model.to(device).eval()

@@ -18,9 +18,17 @@ CONFIG_VERSION = 1
 OPTIMIZERS = ("adagrad", "adam", "sgd")
 
 
+TASKS = ("classify", "regress", "relation", "tag", "lm")
+
+
 @dataclass
 class DataConfig:
-    corpus: str = "polarity"          # "polarity" (built in) or "tsv" (label<TAB>text files)
+    corpus: str = "polarity"          # "polarity" (built in), "tsv" (label<TAB>text files) or a
+                                      # dataset name of rnnlens.data.datasets (sst2, conll2003, ptb, ...)
+    data_dir: str | None = None       # folder holding the dataset (e.g. ../shared/data)
+    task: str | None = None           # None: the dataset's own task
+    max_train_examples: int | None = None   # budget cap (for lm: training tokens)
+    bptt: int = 35                    # lm: truncated back-propagation length
     train_file: str | None = None
     dev_file: str | None = None
     test_file: str | None = None
@@ -33,12 +41,23 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    cell: str = "gru"
+    cell: str = "gru"                 # a recurrent cell of rnnlens.cells.CELLS, or "transformer"
     embedding_dim: int = 32
     hidden_size: int = 32
+    layers: int = 1
+    bidirectional: bool = False
     pooling: str = "final"            # "final" or "mean"
+    mlp_hidden: int | None = None     # a 2-layer tanh MLP head (rational-recurrences paper)
     output_bias: bool = False         # bias-free output: n-gram scores add up to the logit
-    dropout: float = 0.0
+    dropout: float = 0.0              # before the output layer
+    embedding_dropout: float = 0.0
+    layer_dropout: float = 0.0        # between stacked layers ("vertical")
+    recurrent_dropout: float = 0.0    # variational: one mask per sequence on h_{t-1}
+    embeddings_file: str | None = None   # GloVe-format text file of pretrained vectors
+    freeze_embeddings: bool = False
+    tie_weights: bool = False         # lm: output layer shares the input embedding
+    adaptive_softmax: list[int] | None = None   # lm: cutoffs, e.g. [2000, 10000]
+    heads: int = 4                    # transformer: attention heads
 
 
 @dataclass
@@ -52,6 +71,7 @@ class TrainConfig:
     patience: int = 3                 # epochs without dev improvement before stopping
     seed: int = 0
     device: str = "cpu"
+    lr_decay: float = 1.0             # multiply lr by this after an epoch without dev improvement
 
 
 @dataclass
@@ -64,17 +84,26 @@ class Config:
         return {"version": CONFIG_VERSION, **dataclasses.asdict(self)}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Config":
+    def from_dict(cls, d: dict[str, Any], budget: str | None = None) -> "Config":
+        """Build and validate a config. A config file may carry "budgets": named sets of
+        overrides (e.g. {"quick": {"train": {"epochs": 2}}}); `budget` applies one of them."""
         if not isinstance(d, dict):
             raise RnnlensError("a config must be a mapping with sections data, model, train")
         d = dict(d)
+        budgets = d.pop("budgets", None) or {}
+        d.pop("description", None)
+        if budget not in (None, "full"):
+            if budget not in budgets:
+                raise RnnlensError(f"budget {budget!r} is not defined here; defined: {', '.join(['full', *budgets])}")
+            d = merge(d, budgets[budget])
         version = d.pop("version", CONFIG_VERSION)
         if version != CONFIG_VERSION:
             raise RnnlensError(f"config version {version} is not supported (this rnnlens reads version {CONFIG_VERSION})")
         sections = {f.name: f.type for f in fields(cls)}
         unknown = sorted(set(d) - set(sections))
         if unknown:
-            raise RnnlensError(f"unknown config section(s) {', '.join(unknown)}; valid: {', '.join(sections)}, version")
+            raise RnnlensError(f"unknown config section(s) {', '.join(unknown)}; "
+                               f"valid: {', '.join(sections)}, version, budgets, description")
         hints = get_type_hints(cls)
         parts = {name: _section(hints[name], d.get(name) or {}, name) for name in sections}
         cfg = cls(**parts)
@@ -90,17 +119,41 @@ class Config:
                 raise RnnlensError(msg)
 
         m, t, dcfg = self.model, self.train, self.data
-        need(m.cell in CELLS, f"model.cell {m.cell!r} is not one of {', '.join(CELLS)}")
+        need(m.cell in CELLS or m.cell == "transformer",
+             f"model.cell {m.cell!r} is not one of {', '.join([*CELLS, 'transformer'])}")
+        need(m.layers >= 1, "model.layers must be >= 1")
+        for name in ("dropout", "embedding_dropout", "layer_dropout", "recurrent_dropout"):
+            need(0.0 <= getattr(m, name) < 1.0, f"model.{name} must be in [0, 1)")
+        need(m.mlp_hidden is None or m.mlp_hidden > 0, "model.mlp_hidden must be positive")
+        need(m.cell != "transformer" or m.hidden_size % m.heads == 0,
+             "model.hidden_size must be a multiple of model.heads for the transformer")
+        need(m.adaptive_softmax is None or list(m.adaptive_softmax) == sorted(set(m.adaptive_softmax)),
+             "model.adaptive_softmax cutoffs must be increasing")
+        need(0.0 < t.lr_decay <= 1.0, "train.lr_decay must be in (0, 1]")
+        need(dcfg.task is None or dcfg.task in TASKS, f"data.task {dcfg.task!r} is not one of {', '.join(TASKS)}")
+        need(dcfg.bptt >= 1, "data.bptt must be >= 1")
         need(m.pooling in POOLINGS, f"model.pooling {m.pooling!r} is not one of {', '.join(POOLINGS)}")
         need(m.embedding_dim > 0 and m.hidden_size > 0, "model sizes must be positive")
-        need(0.0 <= m.dropout < 1.0, "model.dropout must be in [0, 1)")
         need(t.optimizer in OPTIMIZERS, f"train.optimizer {t.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
         need(t.lr > 0, "train.lr must be positive")
         need(t.epochs >= 1 and t.batch_size >= 1, "train.epochs and train.batch_size must be >= 1")
         need(t.patience >= 1, "train.patience must be >= 1")
-        need(dcfg.corpus in ("polarity", "tsv"), f"data.corpus {dcfg.corpus!r} is not one of polarity, tsv")
+        from ..data.datasets import DATASETS
+        need(dcfg.corpus in ("polarity", "tsv", *DATASETS),
+             f"data.corpus {dcfg.corpus!r} is not one of {', '.join(['polarity', 'tsv', *DATASETS])}")
         need(dcfg.corpus != "tsv" or bool(dcfg.train_file), "data.corpus 'tsv' needs data.train_file")
         need(dcfg.min_count >= 1, "data.min_count must be >= 1")
+
+
+def merge(base: dict, over: dict) -> dict:
+    """Nested dict update: over's sections update base's sections key by key."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = {**out[k], **v}
+        else:
+            out[k] = v
+    return out
 
 
 def _section(typ, values: dict, name: str):
@@ -125,6 +178,13 @@ def coerce(value: Any, hint, where: str):
             return None
         raise RnnlensError(f"{where} must not be empty")
     try:
+        if getattr(base, "__origin__", None) is list:
+            if isinstance(value, str):
+                value = [v for v in value.replace(" ", "").split(",") if v]
+            if not isinstance(value, (list, tuple)):
+                raise ValueError
+            item = base.__args__[0]
+            return [coerce(v, item, where) for v in value]
         if base is bool:
             if isinstance(value, bool):
                 return value
@@ -148,7 +208,7 @@ def coerce(value: Any, hint, where: str):
     raise RnnlensError(f"{where} must be {getattr(base, '__name__', base)}, got {value!r}")
 
 
-def load_config_file(path: str | Path) -> Config:
+def load_config_file(path: str | Path, budget: str | None = None) -> Config:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -164,7 +224,7 @@ def load_config_file(path: str | Path) -> Config:
         raise RnnlensError("TOML configs need Python >= 3.11; use JSON") from None
     except Exception as e:  # the parsers' own error types differ
         raise RnnlensError(f"config {p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}") from None
-    return Config.from_dict(d)
+    return Config.from_dict(d, budget=budget)
 
 
 def flat_fields() -> dict[str, tuple[str, Any]]:

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import torch
 
-from ..data.batching import BatchIterator, Example
+from ..data.batching import BatchIterator, BPTTIterator, Example
 from ..data.readers import label_examples, read_labelled_tsv
 from ..data.synthetic import PolarityCorpus
 from ..data.tokenize import Tokenizer
 from ..data.vocab import Vocab
 from ..errors import RnnlensError
-from ..models import RNNClassifier
+from ..models import RNNModel
 from .checkpoint import save_checkpoint
 from .config import Config
 from .trainer import Trainer, seed_everything
@@ -22,57 +22,114 @@ POLARITY_LABELS = ["negative", "positive"]
 
 @dataclass
 class Data:
+    task: str
     splits: dict[str, list[Example]]
-    labels: list[str]
+    labels: list[str] | None
+    notes: list[str]
 
 
 def load_data(cfg: Config) -> Data:
+    """The dataset a config names, with its budget cap applied to the training split."""
     d = cfg.data
     if d.corpus == "polarity":
         corpus = PolarityCorpus(seed=d.corpus_seed, double_negation_in_train=d.double_negation)
-        return Data(corpus.splits(), POLARITY_LABELS)
-    tok = Tokenizer(lowercase=d.lowercase)
-    train_rows = read_labelled_tsv(d.train_file, tok)
-    labels = sorted({lab for _, lab in train_rows})
-    if len(labels) < 2:
-        raise RnnlensError(f"{d.train_file}: a classifier needs at least 2 labels, found {labels}")
-    splits = {"train": label_examples(train_rows, labels, d.train_file)}
-    for name, f in (("dev", d.dev_file), ("test", d.test_file)):
-        if f:
-            splits[name] = label_examples(read_labelled_tsv(f, tok), labels, f)
-    return Data(splits, labels)
+        data = Data("classify", corpus.splits(), POLARITY_LABELS, ["built-in polarity corpus"])
+    elif d.corpus == "tsv":
+        tok = Tokenizer(lowercase=d.lowercase)
+        train_rows = read_labelled_tsv(d.train_file, tok)
+        labels = sorted({lab for _, lab in train_rows})
+        if len(labels) < 2:
+            raise RnnlensError(f"{d.train_file}: a classifier needs at least 2 labels, found {labels}")
+        splits = {"train": label_examples(train_rows, labels, d.train_file)}
+        for name, f in (("dev", d.dev_file), ("test", d.test_file)):
+            if f:
+                splits[name] = label_examples(read_labelled_tsv(f, tok), labels, f)
+        data = Data("classify", splits, labels, [f"label<TAB>text files ({d.train_file})"])
+    else:
+        from ..data.datasets import load_dataset
+
+        if not d.data_dir:
+            raise RnnlensError(f"dataset {d.corpus!r} needs --data-dir, the folder that holds it")
+        ds = load_dataset(d.corpus, Path(d.data_dir), seed=d.corpus_seed)
+        data = Data(ds.task, ds.splits, ds.labels, list(ds.notes))
+    if d.task is not None and d.task != data.task:
+        raise RnnlensError(f"dataset {d.corpus!r} is a {data.task!r} task, not {d.task!r}")
+    cap = d.max_train_examples
+    if cap is not None:
+        train = data.splits["train"]
+        if data.task == "lm":
+            data.splits["train"] = [Example(train[0].tokens[:cap])]
+            data.notes.append(f"training stream capped at {cap} tokens by the budget")
+        elif len(train) > cap:
+            # A seeded sample, not the first rows: files are often sorted by label.
+            import random
+            idx = sorted(random.Random(cfg.train.seed).sample(range(len(train)), cap))
+            data.splits["train"] = [train[i] for i in idx]
+            data.notes.append(f"training set capped at {cap} of {len(train)} examples by the budget")
+    return data
+
+
+def build_vocab(cfg: Config, data: Data) -> Vocab:
+    return Vocab.build((ex.tokens for ex in data.splits["train"]), cfg.data.min_count, cfg.data.max_vocab)
+
+
+def batches(cfg: Config, task: str, examples: list[Example], vocab: Vocab, train: bool):
+    bs = cfg.train.batch_size
+    if task == "lm":
+        return BPTTIterator(vocab.encode(examples[0].tokens), bs if train else min(bs, 10), cfg.data.bptt)
+    return BatchIterator(examples, vocab, bs, shuffle=train, seed=cfg.train.seed)
+
+
+def build_model(cfg: Config, vocab: Vocab, task: str, labels: list[str] | None) -> RNNModel:
+    model = RNNModel(cfg.model, len(vocab), task, labels)
+    m = cfg.model
+    if m.embeddings_file:
+        from ..data.vectors import load_vectors
+
+        vectors, found = load_vectors(m.embeddings_file, vocab, m.embedding_dim)
+        with torch.no_grad():
+            hit = vectors.abs().sum(1) > 0
+            model.embedding.weight[hit] = vectors[hit]
+        print(f"pretrained vectors for {found} of {len(vocab) - 2} words from {m.embeddings_file}")
+    if m.freeze_embeddings:
+        model.embedding.weight.requires_grad_(False)
+    return model
 
 
 @dataclass
 class RunResult:
-    model: RNNClassifier
+    model: RNNModel
     vocab: Vocab
-    labels: list[str]
+    labels: list[str] | None
     history: list[dict]
     test: dict[str, float] | None
+    notes: list[str]
+
+
+def check_device(device: str) -> None:
+    try:
+        torch.device(device)
+    except RuntimeError as e:
+        raise RnnlensError(f"train.device: {e}") from None
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RnnlensError("train.device is cuda but no CUDA device is available")
 
 
 def train_run(cfg: Config, out: Path, progress: bool = True) -> RunResult:
     """Train per cfg and write the checkpoint into `out` (an existing, empty directory)."""
+    check_device(cfg.train.device)
     seed_everything(cfg.train.seed)
     data = load_data(cfg)
-    vocab = Vocab.build((ex.tokens for ex in data.splits["train"]), cfg.data.min_count, cfg.data.max_vocab)
-    model = RNNClassifier(cfg.model, len(vocab), len(data.labels))
-    bs, seed = cfg.train.batch_size, cfg.train.seed
-    train = BatchIterator(data.splits["train"], vocab, bs, shuffle=True, seed=seed)
-    dev = BatchIterator(data.splits["dev"], vocab, bs, shuffle=False) if "dev" in data.splits else None
-    try:
-        torch.device(cfg.train.device)
-    except RuntimeError as e:
-        raise RnnlensError(f"train.device: {e}") from None
-    if cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
-        raise RnnlensError("train.device is cuda but no CUDA device is available")
+    vocab = build_vocab(cfg, data)
+    model = build_model(cfg, vocab, data.task, data.labels)
+    train = batches(cfg, data.task, data.splits["train"], vocab, train=True)
+    dev = batches(cfg, data.task, data.splits["dev"], vocab, train=False) if "dev" in data.splits else None
     trainer = Trainer(model, cfg.train, metrics_path=out / "metrics.jsonl", progress=progress)
     history = trainer.fit(train, dev)
     test = None
     if "test" in data.splits:
-        test = trainer.evaluate(BatchIterator(data.splits["test"], vocab, bs, shuffle=False))
+        test = trainer.evaluate(batches(cfg, data.task, data.splits["test"], vocab, train=False))
         trainer._log({"split": "test", "best_epoch": trainer.best_epoch, **{f"test_{k}": v for k, v in test.items()}})
     model.cpu().eval()
-    save_checkpoint(out, model, cfg, vocab, data.labels)
-    return RunResult(model, vocab, data.labels, history, test)
+    save_checkpoint(out, model, cfg, vocab, data.labels, data.task, data.notes)
+    return RunResult(model, vocab, data.labels, history, test, data.notes)

@@ -33,14 +33,29 @@ def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     return kinds[cfg.optimizer](params, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
+def merge_metrics(into: dict, new: dict) -> None:
+    """Numbers add up; lists (predictions for F1-style metrics) are concatenated."""
+    for k, v in new.items():
+        if isinstance(v, list):
+            into.setdefault(k, []).extend(v)
+        else:
+            into[k] = into.get(k, 0.0) + v
+
+
+def _reset(model) -> None:
+    if hasattr(model, "reset_state"):
+        model.reset_state()
+
+
 class Trainer:
     def __init__(self, model: torch.nn.Module, cfg: TrainConfig, metrics_path: str | Path | None = None,
-                 progress: bool = True, select: str = "accuracy"):
+                 progress: bool = True, select: tuple[str, str] | None = None):
         self.model = model
         self.cfg = cfg
         self.metrics_path = Path(metrics_path) if metrics_path else None
         self.progress = progress
-        self.select = select
+        # (metric, "max" | "min"): what early stopping and the best checkpoint follow
+        self.select = select or getattr(model.head, "select", ("accuracy", "max"))
         self.device = torch.device(cfg.device)
         self.optimizer = make_optimizer(model.parameters(), cfg)
         self.history: list[dict] = []
@@ -57,24 +72,26 @@ class Trainer:
     def evaluate(self, batches: Iterable) -> dict[str, float]:
         """Mean loss and the head's metrics over the batches, in eval mode."""
         self.model.eval()
-        sums: dict[str, float] = {}
+        _reset(self.model)
+        merged: dict = {}
         loss_sum, n = 0.0, 0
         for batch in batches:
             batch = batch.to(self.device)
             out = self.model(batch)
-            loss_sum += float(self.model.loss(out, batch)) * len(batch)
+            loss_sum += self.model.loss(out, batch).item() * len(batch)
             n += len(batch)
-            for k, v in self.model.head.metrics(out, batch).items():
-                sums[k] = sums.get(k, 0.0) + v
+            merge_metrics(merged, self.model.head.metrics(out, batch))
         if n == 0:
             raise RnnlensError("cannot evaluate on an empty split")
-        return {"loss": loss_sum / n, **self.model.head.finalize(sums)}
+        return {"loss": loss_sum / n, **self.model.head.finalize(merged)}
 
     def _train_epoch(self, epoch: int, batches) -> dict[str, float]:
         from tqdm.auto import tqdm
 
         self.model.train()
-        sums: dict[str, float] = {}
+        _reset(self.model)
+        track = getattr(self.model.head, "train_metrics", True)
+        sums: dict = {}
         loss_sum, n = 0.0, 0
         bar = tqdm(batches, total=len(batches) if hasattr(batches, "__len__") else None,
                    desc=f"epoch {epoch}", disable=None if self.progress else True, leave=False,
@@ -94,15 +111,15 @@ class Trainer:
             self.optimizer.step()
             loss_sum += loss.item() * len(batch)
             n += len(batch)
-            with torch.no_grad():
-                for k, v in self.model.head.metrics(out, batch).items():
-                    sums[k] = sums.get(k, 0.0) + v
+            if track:
+                with torch.no_grad():
+                    merge_metrics(sums, self.model.head.metrics(out, batch))
             if not bar.disable and self.step % 10 == 0:
-                shown = self.model.head.finalize(sums)
+                shown = self.model.head.finalize(sums) if track else {}
                 bar.set_postfix(loss=f"{loss_sum / n:.4f}", **{k: f"{v:.3f}" for k, v in shown.items()},
                                 refresh=False)
         bar.close()
-        return {"loss": loss_sum / max(n, 1), **self.model.head.finalize(sums)}
+        return {"loss": loss_sum / max(n, 1), **(self.model.head.finalize(sums) if track else {})}
 
     def fit(self, train_batches, dev_batches=None) -> list[dict]:
         """Train for cfg.epochs, stopping early when dev `select` stops improving for
@@ -110,6 +127,8 @@ class Trainer:
         self.model.to(self.device)
         # Dev metric first, lower dev loss breaks ties (a perfect dev accuracy can still improve).
         best, best_state, bad = (-math.inf, -math.inf), None, 0
+        name, direction = self.select
+        sign = 1.0 if direction == "max" else -1.0
         for epoch in range(1, self.cfg.epochs + 1):
             t0 = time.perf_counter()
             train = self._train_epoch(epoch, train_batches)
@@ -117,7 +136,7 @@ class Trainer:
             if dev_batches is not None:
                 dev = self.evaluate(dev_batches)
                 record.update({f"dev_{k}": v for k, v in dev.items()})
-                score = (dev[self.select], -dev["loss"])
+                score = (sign * dev[name], -dev["loss"])
             else:
                 score = (-train["loss"], 0.0)
             record["seconds"] = round(time.perf_counter() - t0, 3)
@@ -126,11 +145,15 @@ class Trainer:
                 best_state = copy.deepcopy(self.model.state_dict())
             else:
                 bad += 1
+                if self.cfg.lr_decay < 1.0:
+                    for group in self.optimizer.param_groups:
+                        group["lr"] *= self.cfg.lr_decay
             record["best_epoch"] = self.best_epoch
+            record["lr"] = self.optimizer.param_groups[0]["lr"]
             self._log(record)
             if self.progress:
                 shown = " ".join(f"{k}={v:.4f}" for k, v in record.items()
-                                 if isinstance(v, float) and k != "seconds")
+                                 if isinstance(v, float) and k not in ("seconds", "lr"))
                 print(f"epoch {epoch}: {shown}", flush=True)
             if bad >= self.cfg.patience:
                 break

@@ -1,0 +1,57 @@
+"""Pretrained word vectors from a GloVe-format text file (`word v1 v2 ... vd` per line)."""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import torch
+
+from ..errors import RnnlensError
+from .vocab import Vocab
+
+
+def load_vectors(path: str | Path, vocab: Vocab, dim: int) -> tuple[torch.Tensor, int]:
+    """Vectors for the vocabulary's words: ([V, dim] with zeros for words not in the file,
+    number of words found). Streams the file and keeps only vocabulary words, so a
+    multi-GB GloVe file costs no more memory than the vocabulary. A word missing in its
+    given case is looked up lowercased."""
+    p = Path(path)
+    if not p.is_file():
+        raise RnnlensError(f"embeddings file {p} does not exist")
+    want: dict[str, list[int]] = {}
+    for i, w in enumerate(vocab.itos[2:], 2):
+        want.setdefault(w, []).append(i)
+    lower = {}
+    for w, ids in want.items():
+        lower.setdefault(w.lower(), []).extend(ids)
+    out = torch.zeros(len(vocab), dim)
+    exact: set[int] = set()
+    found: set[int] = set()
+    opener = gzip.open if p.suffix == ".gz" else open
+    try:
+        with opener(p, "rt", encoding="utf-8", errors="replace") as f:
+            for no, line in enumerate(f, 1):
+                parts = line.rstrip().split(" ")
+                if no == 1 and len(parts) == 2 and all(x.isdigit() for x in parts):
+                    continue  # word2vec text header: "count dim"
+                word = parts[0]
+                hits = [(i, True) for i in want.get(word, [])] + \
+                       [(i, False) for i in lower.get(word.lower(), []) if i not in exact]
+                if not hits:
+                    continue
+                if len(parts) - 1 != dim:
+                    raise RnnlensError(f"{p}:{no}: expected {dim} values after the word, found "
+                                       f"{len(parts) - 1} (set model.embedding_dim to the file's dimension)")
+                try:
+                    vec = torch.tensor([float(x) for x in parts[1:]])
+                except ValueError:
+                    raise RnnlensError(f"{p}:{no}: not a number in the vector") from None
+                for i, is_exact in hits:
+                    if is_exact or i not in found:
+                        out[i] = vec
+                        found.add(i)
+                        if is_exact:
+                            exact.add(i)
+    except OSError as e:
+        raise RnnlensError(f"cannot read {p}: {e}") from None
+    return out, len(found)

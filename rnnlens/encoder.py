@@ -1,0 +1,136 @@
+"""Encoders: embedding -> stacked, optionally bidirectional recurrent cells (or a
+Transformer baseline), with embedding, vertical and variational recurrent dropout."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .cells import CELLS
+from .cells.base import LinearView
+from .errors import RnnlensError
+from .train.config import ModelConfig
+
+
+def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each row of x[B,T,...] within its length; pad positions stay where they are."""
+    B, T = x.shape[:2]
+    t = torch.arange(T, device=x.device)[None].expand(B, T)
+    L = lengths.to(x.device)[:, None]
+    idx = torch.where(t < L, L - 1 - t, t)
+    return x.gather(1, idx.view(B, T, *([1] * (x.dim() - 2))).expand_as(x))
+
+
+class RNNEncoder(nn.Module):
+    """tokens[B,T] -> out[B,T,D], D = hidden_size * directions.
+
+    forward(tokens, mask, state) takes and returns `state`: a list with one [B,S] tensor per
+    (layer, direction), so a language model can carry it across BPTT segments.
+    Backward directions run on each sequence reversed within its length, and their outputs
+    are put back in reading order.
+    """
+
+    def __init__(self, cfg: ModelConfig, embedding: nn.Embedding):
+        super().__init__()
+        self.cfg = cfg
+        self.embedding = embedding
+        self.directions = 2 if cfg.bidirectional else 1
+        self.output_size = cfg.hidden_size * self.directions
+        cells = []
+        for layer in range(cfg.layers):
+            size = embedding.embedding_dim if layer == 0 else self.output_size
+            for _ in range(self.directions):
+                cell = CELLS[cfg.cell](size, cfg.hidden_size)
+                cell.recurrent_dropout = cfg.recurrent_dropout
+                cells.append(cell)
+        self.cells = nn.ModuleList(cells)
+        self.embedding_dropout = nn.Dropout(cfg.embedding_dropout)
+        self.layer_dropout = nn.Dropout(cfg.layer_dropout)
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor, state: list | None = None):
+        x = self.embedding_dropout(self.embedding(tokens))
+        lengths = mask.sum(1)
+        new_state = []
+        for layer in range(self.cfg.layers):
+            if layer:
+                x = self.layer_dropout(x)
+            outs = []
+            for d in range(self.directions):
+                k = layer * self.directions + d
+                cell = self.cells[k]
+                s0 = state[k] if state is not None else None
+                if d == 0:
+                    out, fin = cell(x, mask, s0)
+                else:
+                    out, fin = cell(reverse_padded(x, lengths), mask, s0)
+                    out = reverse_padded(out, lengths)
+                outs.append(out)
+                new_state.append(fin)
+            x = torch.cat(outs, -1) if self.directions > 1 else outs[0]
+        return x, new_state
+
+    def final(self, out: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The summary state [B,D]: the forward direction at the last real token and the
+        backward direction at the first."""
+        B = out.shape[0]
+        last = out[torch.arange(B, device=out.device), (lengths - 1).clamp(min=0)]
+        if self.directions == 1:
+            return last
+        H = self.cfg.hidden_size
+        return torch.cat([last[:, :H], out[:, 0, H:]], -1)
+
+    def linear_view(self, tokens: torch.Tensor, mask: torch.Tensor) -> LinearView:
+        if self.cfg.layers != 1 or self.directions != 1:
+            raise RnnlensError("the n-gram decomposition here explains single-layer, one-direction models")
+        return self.cells[0].linear_view(self.embedding(tokens), mask)
+
+    def states(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.cfg.layers != 1 or self.directions != 1:
+            raise RnnlensError("the n-gram decomposition here explains single-layer, one-direction models")
+        return self.cells[0].scan(self.embedding(tokens), mask)[0]
+
+
+class TransformerEncoder(nn.Module):
+    """torch's TransformerEncoder with learned positions; the baseline of the implicit-ngrams
+    paper's Table 8 (its "final" summary is the mean of the outputs, as the paper trains it)."""
+
+    max_len = 4096
+
+    def __init__(self, cfg: ModelConfig, embedding: nn.Embedding):
+        super().__init__()
+        self.cfg = cfg
+        self.embedding = embedding
+        self.directions = 1
+        self.output_size = cfg.hidden_size
+        self.inp = nn.Linear(embedding.embedding_dim, cfg.hidden_size)
+        self.pos = nn.Embedding(self.max_len, cfg.hidden_size)
+        layer = nn.TransformerEncoderLayer(cfg.hidden_size, cfg.heads, 4 * cfg.hidden_size,
+                                           dropout=cfg.layer_dropout, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
+        self.embedding_dropout = nn.Dropout(cfg.embedding_dropout)
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor, state=None):
+        T = tokens.shape[1]
+        if T > self.max_len:
+            raise RnnlensError(f"the transformer baseline takes at most {self.max_len} tokens, got {T}")
+        x = self.inp(self.embedding_dropout(self.embedding(tokens))) * math.sqrt(self.cfg.hidden_size)
+        x = x + self.pos(torch.arange(T, device=tokens.device))[None]
+        out = self.encoder(x, src_key_padding_mask=~mask)
+        return out, None
+
+    def final(self, out: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        T = out.shape[1]
+        m = (torch.arange(T, device=out.device)[None] < lengths[:, None]).to(out.dtype)[..., None]
+        return (out * m).sum(1) / m.sum(1).clamp(min=1)
+
+    def linear_view(self, tokens, mask):
+        raise RnnlensError("a transformer has no linear view: the n-gram decomposition explains recurrent cells")
+
+    states = linear_view
+
+
+def build_encoder(cfg: ModelConfig, vocab_size: int) -> nn.Module:
+    embedding = nn.Embedding(vocab_size, cfg.embedding_dim, padding_idx=0)
+    cls = TransformerEncoder if cfg.cell == "transformer" else RNNEncoder
+    return cls(cfg, embedding)

@@ -1,0 +1,61 @@
+"""Word-level language modelling head: next-token prediction at every position, with an
+optional tied output embedding and an adaptive softmax for large vocabularies."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class LMHead(nn.Module):
+    """forward(states[B,T,H], batch) -> logits [B,T,V] (or the projected states when the
+    adaptive softmax is on; its loss computes the log-probabilities itself)."""
+
+    select = ("ppl", "min")
+    train_metrics = False          # the training loss already is the mean NLL
+
+    def __init__(self, input_size: int, vocab_size: int, embedding: nn.Embedding | None = None,
+                 tie: bool = False, cutoffs: list[int] | None = None, dropout: float = 0.0):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.adaptive = None
+        self.proj = None
+        if cutoffs:
+            cut = [c for c in cutoffs if c < vocab_size - 1]
+            self.adaptive = nn.AdaptiveLogSoftmaxWithLoss(input_size, vocab_size, cut, div_value=4.0)
+            return
+        dim = embedding.embedding_dim if tie else input_size
+        if tie and dim != input_size:
+            self.proj = nn.Linear(input_size, dim, bias=False)
+        self.out = nn.Linear(dim, vocab_size)
+        if tie:
+            # torch's N(0, 1) embedding init would start a tied softmax far from uniform
+            nn.init.uniform_(embedding.weight, -0.1, 0.1)
+            self.out.weight = embedding.weight
+
+    def forward(self, states: torch.Tensor, batch) -> torch.Tensor:
+        h = self.dropout(states)
+        if self.adaptive is not None:
+            return h
+        if self.proj is not None:
+            h = self.proj(h)
+        return self.out(h)
+
+    def nll_sum(self, output: torch.Tensor, batch) -> torch.Tensor:
+        m = batch.mask
+        y = batch.targets[m]
+        if self.adaptive is not None:  # it returns the mean over the tokens
+            return self.adaptive(output[m], y).loss * y.numel()
+        return F.cross_entropy(output[m], y, reduction="sum")
+
+    def loss(self, output, batch):
+        return self.nll_sum(output, batch) / batch.mask.sum().clamp(min=1)
+
+    def metrics(self, output, batch) -> dict:
+        return {"nll": float(self.nll_sum(output, batch)), "tokens": float(batch.mask.sum())}
+
+    def finalize(self, m: dict) -> dict[str, float]:
+        mean = m["nll"] / max(m["tokens"], 1.0)
+        return {"ppl": math.exp(min(mean, 700.0))}
