@@ -52,8 +52,6 @@ def cmd_train(args) -> int:
     cfg = Config.from_dict(d)
     with output_dir(args.out, force=args.force) as tmp:
         res = train_run(cfg, tmp, progress=not args.quiet)
-    for note in res.notes:
-        print(f"note: {note}")
     if res.test:
         print("test " + " ".join(f"{k}={v:.4f}" for k, v in res.test.items()))
     print(f"wrote {args.out}")

@@ -122,7 +122,7 @@ def _report_html(result: dict, rows, folder: Path) -> str:
                  "(the sequence-level paper's Figure 2)."),
         "<h2>N-gram heatmap</h2>",
         r.figure(folder / "ngram_heatmap.png", f"'{HEATMAP_SENTENCE}': score of the n-gram from the row's word to "
-                 "the column's word; warmer is more positive (the implicit-ngrams paper's Figure 6)."),
+                 "the column's word; blue is positive, red negative (the implicit-ngrams paper's Figure 6)."),
         "<h2>Per adjective</h2>",
         r.table(["word", "polarity", "X", "not X", "not not X", "negation flips", "double negation restores"],
                 per_adj),

@@ -72,6 +72,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"
     lr_decay: float = 1.0             # multiply lr by this after an epoch without dev improvement
+    threads: int | None = None        # CPU threads for torch (None: torch's default)
 
 
 @dataclass
@@ -130,6 +131,7 @@ class Config:
         need(m.adaptive_softmax is None or list(m.adaptive_softmax) == sorted(set(m.adaptive_softmax)),
              "model.adaptive_softmax cutoffs must be increasing")
         need(0.0 < t.lr_decay <= 1.0, "train.lr_decay must be in (0, 1]")
+        need(t.threads is None or t.threads >= 1, "train.threads must be >= 1")
         need(dcfg.task is None or dcfg.task in TASKS, f"data.task {dcfg.task!r} is not one of {', '.join(TASKS)}")
         need(dcfg.bptt >= 1, "data.bptt must be >= 1")
         need(m.pooling in POOLINGS, f"model.pooling {m.pooling!r} is not one of {', '.join(POOLINGS)}")

@@ -118,8 +118,13 @@ def check_device(device: str) -> None:
 def train_run(cfg: Config, out: Path, progress: bool = True) -> RunResult:
     """Train per cfg and write the checkpoint into `out` (an existing, empty directory)."""
     check_device(cfg.train.device)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
     seed_everything(cfg.train.seed)
     data = load_data(cfg)
+    if progress:
+        for note in data.notes:
+            print(f"note: {note}")
     vocab = build_vocab(cfg, data)
     model = build_model(cfg, vocab, data.task, data.labels)
     train = batches(cfg, data.task, data.splits["train"], vocab, train=True)

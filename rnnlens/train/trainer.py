@@ -93,10 +93,12 @@ class Trainer:
         track = getattr(self.model.head, "train_metrics", True)
         sums: dict = {}
         loss_sum, n = 0.0, 0
-        bar = tqdm(batches, total=len(batches) if hasattr(batches, "__len__") else None,
+        # Without a terminal (a log file, CI) the bar is off; a line a minute shows progress.
+        last_line, total = time.perf_counter(), len(batches) if hasattr(batches, "__len__") else None
+        bar = tqdm(batches, total=total,
                    desc=f"epoch {epoch}", disable=None if self.progress else True, leave=False,
                    dynamic_ncols=True, mininterval=0.5)
-        for batch in bar:
+        for i, batch in enumerate(bar, 1):
             batch = batch.to(self.device)
             self.step += 1
             self.optimizer.zero_grad(set_to_none=True)
@@ -114,6 +116,10 @@ class Trainer:
             if track:
                 with torch.no_grad():
                     merge_metrics(sums, self.model.head.metrics(out, batch))
+            if bar.disable and self.progress and time.perf_counter() - last_line > 60:
+                last_line = time.perf_counter()
+                done = f"{i}/{total}" if total else str(i)
+                print(f"epoch {epoch}: batch {done}, loss {loss_sum / n:.4f}", flush=True)
             if not bar.disable and self.step % 10 == 0:
                 shown = self.model.head.finalize(sums) if track else {}
                 bar.set_postfix(loss=f"{loss_sum / n:.4f}", **{k: f"{v:.3f}" for k, v in shown.items()},

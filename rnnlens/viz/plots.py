@@ -44,8 +44,9 @@ def ngram_bars(labels: Sequence[str], scores: Sequence[float], path: str | Path,
 
 
 def ngram_heatmap(tokens: Sequence[str], scores: np.ndarray, path: str | Path, title: str = "") -> Path:
-    """Score of the n-gram from token i (row) to token t (column); warmer is more
-    positive (implicit-ngrams paper, Figure 6). scores: [T(end), T(start)]."""
+    """Score of the n-gram from token i (row) to token t (column), as the implicit-ngrams
+    paper's Figure 6; blue is positive and red negative, the colours of the bar plots.
+    scores: [T(end), T(start)]."""
     plt = _plt()
     s = np.asarray(scores, dtype=float).T                      # rows = start, cols = end
     T = len(tokens)
@@ -53,7 +54,7 @@ def ngram_heatmap(tokens: Sequence[str], scores: np.ndarray, path: str | Path, t
     lim = max(1e-9, float(np.abs(masked).max()))
     size = 0.55 * T + 2.2
     fig, ax = plt.subplots(figsize=(size + 1.0, size))
-    im = ax.imshow(masked, cmap="coolwarm", vmin=-lim, vmax=lim)
+    im = ax.imshow(masked, cmap="RdBu", vmin=-lim, vmax=lim)
     ax.set_xticks(range(T), tokens, rotation=45, ha="right")
     ax.set_yticks(range(T), tokens)
     ax.set_xlabel("n-gram ends at")

@@ -12,6 +12,7 @@ table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.92em; }
 th, td { padding: 4px 10px; border-bottom: 1px solid #e2e8f0; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 .pos { color: #2b6cb0; } .neg { color: #c53030; } .ok { color: #276749; } .bad { color: #c53030; }
+img { max-width: 100%; height: auto; }
 figure { margin: 1em 0; } figcaption { font-size: 0.9em; color: #4a5568; }
 code { background: #f7fafc; padding: 1px 4px; }
 """
