@@ -186,21 +186,25 @@ class LSTMView(LinearView):
     so A [vc; vh] = [u, k*u + a_o*(W_ho vh)] with u = f0*vc + D vh. W_hf drops out
     because it multiplies c = 0."""
 
-    def __init__(self, g, mask, W, f, a_i, a_g, a_o, k, readout):
-        super().__init__(g, mask, readout, exact=False)
+    def __init__(self, g, mask, W, f, a_i, a_g, a_o, k, readout, a_f=None, exact=False):
+        super().__init__(g, mask, readout, exact=exact)
         self.W, self.f, self.a_i, self.a_g, self.a_o, self.k = W, f, a_i, a_g, a_o, k
+        self.a_f = a_f          # a W_hf term in D: zero in the first-order view, used by variants
         self.H = W.shape[1]
 
     def _apply(self, t, V):
         vc, vh = V.split(self.H, -1)
-        ui, _, ug, uo = (vh @ self.W.T).chunk(4, -1)
+        ui, uf, ug, uo = (vh @ self.W.T).chunk(4, -1)
         u = self.f[:, t, None] * vc + self.a_i[:, t, None] * ui + self.a_g[:, t, None] * ug
+        if self.a_f is not None:
+            u = u + self.a_f[:, t, None] * uf
         return torch.cat([u, self.k[:, t, None] * u + self.a_o[:, t, None] * uo], -1)
 
     def _rapply(self, t, R):
         rc, rh = R.split(self.H, -1)
         q = rc + rh * self.k[:, t, None]
-        coef = torch.cat([q * self.a_i[:, t, None], torch.zeros_like(q),
+        qf = q * self.a_f[:, t, None] if self.a_f is not None else torch.zeros_like(q)
+        coef = torch.cat([q * self.a_i[:, t, None], qf,
                           q * self.a_g[:, t, None], rh * self.a_o[:, t, None]], -1)
         return torch.cat([q * self.f[:, t, None], coef @ self.W], -1)
 

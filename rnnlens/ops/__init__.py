@@ -1,0 +1,1 @@
+"""Pure tensor functions for recurrences; each fast path has a plain `*_ref` beside it."""
