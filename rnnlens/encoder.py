@@ -43,6 +43,14 @@ class RNNEncoder(nn.Module):
             for _ in range(self.directions):
                 cell = CELLS[cfg.cell](size, cfg.hidden_size)
                 cell.recurrent_dropout = cfg.recurrent_dropout
+                if cfg.clamp is not None:
+                    cell.clamp = cfg.clamp
+                if hasattr(cell, "window"):
+                    cell.window = cfg.window
+                if cfg.spectral_norm:
+                    from torch.nn.utils.parametrizations import spectral_norm
+                    for module, name in cell.recurrent_weights():
+                        spectral_norm(module, name)
                 cells.append(cell)
         self.cells = nn.ModuleList(cells)
         self.embedding_dropout = nn.Dropout(cfg.embedding_dropout)

@@ -135,3 +135,26 @@ def test_every_registered_cell_trains_in_a_model():
         loss = model.loss(model(b), b)
         loss.backward()
         assert torch.isfinite(loss), name
+
+
+@pytest.mark.parametrize("name", ["gru", "lstm", "mvma-g", "mvma-me", "gru-approx"])
+def test_spectral_norm_bounds_the_recurrent_matrix_and_checkpoints(name, tmp_path):
+    from rnnlens.models import RNNModel
+    from rnnlens.train.config import Config
+    from rnnlens.train.checkpoint import load_checkpoint, save_checkpoint
+    from rnnlens.data.vocab import Vocab
+    from rnnlens.data.batching import Batch
+    cfg = Config.from_dict({"model": {"cell": name, "embedding_dim": 6, "hidden_size": 5, "spectral_norm": True}})
+    model = RNNModel(cfg.model, 12, "classify", ["a", "b"])
+    b = Batch(torch.randint(2, 12, (3, 4)), torch.ones(3, 4, dtype=torch.bool), torch.full((3,), 4),
+              torch.tensor([0, 1, 1]))
+    model.train()
+    for _ in range(5):
+        model(b)                       # power iterations run in training mode
+    cell = model.encoder.cells[0]
+    for module, pname in cell.recurrent_weights():
+        assert torch.linalg.matrix_norm(getattr(module, pname), ord=2) < 1.05
+    model.eval()
+    save_checkpoint(tmp_path, model, cfg, Vocab([f"w{i}" for i in range(10)]), ["a", "b"])
+    loaded, *_ = load_checkpoint(tmp_path)
+    assert max_diff(loaded(b), model(b)) < 1e-6

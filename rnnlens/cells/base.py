@@ -183,5 +183,9 @@ class Cell(nn.Module):
             outs.append(state)
         return self.output(torch.stack(outs, 1)), state
 
+    def recurrent_weights(self) -> list[tuple[nn.Module, str]]:
+        """(module, parameter name) of each recurrent matrix, for spectral normalisation."""
+        return [(self, "weight_hh")] if isinstance(getattr(self, "weight_hh", None), torch.Tensor) else []
+
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}"

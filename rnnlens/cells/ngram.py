@@ -96,6 +96,9 @@ class MVMA(AffineCell):
     def _view(self, x, mask):
         return self.base.linear_view(x, mask)
 
+    def recurrent_weights(self):
+        return self.base.recurrent_weights()
+
     def matrices(self, x):
         """Dense A(x_t) and g(x_t) written from Table 2 / Appendix F (with biases)."""
         b = self.base
@@ -138,6 +141,9 @@ class MVMAME(AffineCell):
         self.W_g = nn.Linear(input_size, hidden_size)
         self.M = nn.Parameter(torch.empty(hidden_size, hidden_size))
         nn.init.uniform_(self.M, -hidden_size ** -0.5, hidden_size ** -0.5)
+
+    def recurrent_weights(self):
+        return [(self, "M")]
 
     def _view(self, x, mask):
         a = 0.25 * torch.tanh(self.W(x))

@@ -58,6 +58,9 @@ class ModelConfig:
     tie_weights: bool = False         # lm: output layer shares the input embedding
     adaptive_softmax: list[int] | None = None   # lm: cutoffs, e.g. [2000, 10000]
     heads: int = 4                    # transformer: attention heads
+    clamp: float | None = None        # n-gram cells: bound states to (-clamp, clamp) (sequence-level A.4)
+    spectral_norm: bool = False       # spectral normalisation of the recurrent matrices (implicit-ngrams fn. 8)
+    window: int = 20                  # va-w: the window m of position-specific matrices
 
 
 @dataclass
@@ -131,6 +134,8 @@ class Config:
         need(m.adaptive_softmax is None or list(m.adaptive_softmax) == sorted(set(m.adaptive_softmax)),
              "model.adaptive_softmax cutoffs must be increasing")
         need(0.0 < t.lr_decay <= 1.0, "train.lr_decay must be in (0, 1]")
+        need(m.clamp is None or m.clamp > 0, "model.clamp must be positive")
+        need(m.window >= 1, "model.window must be >= 1")
         need(t.threads is None or t.threads >= 1, "train.threads must be >= 1")
         need(dcfg.task is None or dcfg.task in TASKS, f"data.task {dcfg.task!r} is not one of {', '.join(TASKS)}")
         need(dcfg.bptt >= 1, "data.bptt must be >= 1")
