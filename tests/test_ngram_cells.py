@@ -7,6 +7,7 @@ import torch
 from conftest import max_diff
 from rnnlens.analysis.ngrams import explain, ngram_vectors
 from rnnlens.cells import CELLS, from_torch
+from rnnlens.cells.baselines import BASELINE_CELLS
 from rnnlens.cells.ngram import NGRAM_CELLS, GRUApprox, MVMA
 from rnnlens.ops.affine import affine_scan, affine_scan_ref
 from test_cells import E, make, padded_batch
@@ -14,7 +15,7 @@ from test_cells import E, make, padded_batch
 H = 4
 
 
-@pytest.mark.parametrize("name", list(NGRAM_CELLS))
+@pytest.mark.parametrize("name", list(NGRAM_CELLS) + list(BASELINE_CELLS))
 def test_decomposition_is_exact(name):
     cell = make(name)
     x, mask, _ = padded_batch()
@@ -27,7 +28,7 @@ def test_decomposition_is_exact(name):
     assert max_diff(ex.remainder, torch.zeros_like(ex.remainder)) < 1e-8
 
 
-@pytest.mark.parametrize("name", list(NGRAM_CELLS))
+@pytest.mark.parametrize("name", list(NGRAM_CELLS) + list(BASELINE_CELLS))
 def test_fast_engine_matches_dense_reference_with_gradients(name):
     cell = make(name)
     x, mask, _ = padded_batch()

@@ -1,0 +1,310 @@
+"""The compositional baselines of the implicit-ngrams paper's Table 1 as exact affine
+recurrences s_t = A(x_t) s_{t-1} + g(x_t) (AffineCell), so each has an exact linear view and
+the n-gram decomposition explains it with zero remainder.
+
+  name    model (Table 1)                          state s (size S)        output h
+  vm      VM    v_{i:j} = g(x_i) * ... * g(x_j)    h                (H)    s
+  mm      MM    M_{i:j} = A(x_j) ... A(x_i)        vec(M), row-major (d*d = H)   s
+  va-w    VA-W  v_{i:j} = C_{j-i} g(x_i), j-i < m  [u^0; ...; u^{m-1}] (m*H)  u^0 = s[:H]
+  va-ew   VA-EW v_{i:j} = C^{j-i} g(x_i)           h                (H)    s
+  mvm-r   MVM-R v_{t-1:t} = A(x_t) g(x_{t-1})      [q; h]           (2H)   h = s[H:]
+
+g(x) = tanh(W x + b) throughout. As in every AffineCell, `_view` is the structured fast
+path (diagonal, block shift, per-token d x d products, or a StructuredView) and `matrices`
+builds the dense A(x_t), g(x_t) straight from the definitions; `step` uses only the latter.
+
+VM and MM keep only the longest n-gram v_{1:t} (additive=False: g enters at each row's
+first real token of a forward call). VA-W, VA-EW and MVM-R sum n-grams (additive=True).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .base import LinearView, StructuredView
+from .ngram import AffineCell
+
+
+def _eye(like: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.eye(n, dtype=like.dtype, device=like.device)
+
+
+class DiagView(LinearView):
+    """A(x_t) = diag(d(x_t)), d: [B,T,S]."""
+
+    def __init__(self, g, mask, d, readout=slice(None), exact=True, h0=None):
+        super().__init__(g, mask, readout, exact, h0)
+        self.d = d
+
+    def _apply(self, t, V):
+        return V * self.d[:, t, None, :]
+
+    def _rapply(self, t, R):
+        return R * self.d[:, t, None, :]
+
+
+class BlockShiftView(LinearView):
+    """The constant block shift of VA-W's transposed direct-form filter: the state is m
+    blocks of size H, and (A s)^j = s^{j+1}, (A s)^{m-1} = 0."""
+
+    def __init__(self, g, mask, block: int, readout, exact=True, h0=None):
+        super().__init__(g, mask, readout, exact, h0)
+        self.block = block
+
+    def _apply(self, t, V):
+        H = self.block
+        return torch.cat([V[..., H:], V.new_zeros(*V.shape[:-1], H)], -1)
+
+    def _rapply(self, t, R):
+        # (R A)^{j+1} = R^j and (R A)^0 = 0.
+        H = self.block
+        return torch.cat([R.new_zeros(*R.shape[:-1], H), R[..., :-H]], -1)
+
+
+class MatrixLeftView(LinearView):
+    """A_ext(x_t) vec(M) = vec(A(x_t) M): every column of the d x d state matrix (stored
+    row-major as d*d coordinates) is left-multiplied by A(x_t), A: [B,T,d,d]."""
+
+    def __init__(self, g, mask, A, readout=slice(None), exact=True, h0=None):
+        super().__init__(g, mask, readout, exact, h0)
+        self.A = A
+        self.d = A.shape[-1]
+
+    def _apply(self, t, V):
+        B, K, _ = V.shape
+        d = self.d
+        return (self.A[:, t, None] @ V.reshape(B, K, d, d)).reshape(B, K, d * d)
+
+    def _rapply(self, t, R):
+        # (R A_ext)[k,l] = sum_i A[i,k] R[i,l], i.e. A^T R in matrix form.
+        B, K, _ = R.shape
+        d = self.d
+        return (self.A[:, t, None].transpose(-1, -2) @ R.reshape(B, K, d, d)).reshape(B, K, d * d)
+
+
+class BigramView(LinearView):
+    """MVM-R on s = [q; h]: A_ext(x_t) = [[0, 0], [A(x_t), 0]] with
+    A(x_t) = 0.25 diag(a(x_t)) M + 0.5 I, a = tanh(W_a x)."""
+
+    def __init__(self, g, mask, M, a, exact=True, h0=None):
+        H = M.shape[0]
+        super().__init__(g, mask, slice(H, None), exact, h0)
+        self.M, self.a, self.H = M, a, H
+
+    def _apply(self, t, V):
+        q = V[..., : self.H]
+        Aq = 0.25 * (q @ self.M.T) * self.a[:, t, None, :] + 0.5 * q
+        return torch.cat([torch.zeros_like(q), Aq], -1)
+
+    def _rapply(self, t, R):
+        r = R[..., self.H:]
+        rA = 0.25 * (r * self.a[:, t, None, :]) @ self.M + 0.5 * r
+        return torch.cat([rA, torch.zeros_like(r)], -1)
+
+
+class VM(AffineCell):
+    """VM (Mitchell and Lapata, 2008): v_{i:j} = g(x_i) * ... * g(x_j) (elementwise),
+    context v_{1:t}: h_1 = g(x_1), h_t = g(x_t) * h_{t-1}. As an affine cell
+    A(x_t) = diag(g(x_t)) and the g-term enters only at the first token (additive=False)."""
+
+    additive = False
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.input_size, self.hidden_size, self.state_size = input_size, hidden_size, hidden_size
+        self.W = nn.Linear(input_size, hidden_size)
+
+    def _view(self, x, mask):
+        g = torch.tanh(self.W(x))
+        return DiagView(g, mask, g)
+
+    def matrices(self, x):
+        g = torch.tanh(self.W(x))
+        return torch.diag_embed(g), g
+
+
+class VAEW(AffineCell):
+    """VA-EW (Emami et al., 2021): v_{i:j} = C^{j-i} g(x_i), context sum_{i<=t} v_{i:t}:
+    h_t = C h_{t-1} + g(x_t), C a learned H x H matrix (the recurrent matrix for spectral
+    normalisation)."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.input_size, self.hidden_size, self.state_size = input_size, hidden_size, hidden_size
+        self.W = nn.Linear(input_size, hidden_size)
+        self.C = nn.Parameter(torch.empty(hidden_size, hidden_size))
+        nn.init.uniform_(self.C, -hidden_size ** -0.5, hidden_size ** -0.5)
+
+    def recurrent_weights(self):
+        return [(self, "C")]
+
+    def _view(self, x, mask):
+        g = torch.tanh(self.W(x))
+        return StructuredView(g, mask, self.C, torch.ones_like(g), exact=True)
+
+    def matrices(self, x):
+        g = torch.tanh(self.W(x))
+        return self.C.expand(*x.shape[:-1], *self.C.shape), g
+
+
+class VAW(AffineCell):
+    """VA-W (Bengio et al., 2003): v_{i:j} = C_{j-i} g(x_i) for j - i < m (the window),
+    context sum_{i=t-m+1}^{t} v_{i:t} = sum_{k<m} C_k g(x_{t-k}).
+
+    Exact affine form, the transposed direct-form FIR filter: the state is
+    s = [u^0; u^1; ...; u^{m-1}] (S = m*H) with u^j_t = u^{j+1}_{t-1} + C_j g(x_t)
+    (u^m = 0), and the output is h_t = u^0_t (the first H coordinates; view.readout =
+    slice(0, H)). So A is the constant block shift and g_ext(x_t) = [C_0 g(x_t); ...;
+    C_{m-1} g(x_t)]; the n-gram vector v_{i:t} = A^{t-i} g_ext(x_i) reads out exactly
+    C_{t-i} g(x_i), and 0 beyond the window. Pad positions do not shift (A = I there), so
+    the window counts real tokens.
+
+    Window: C_0..C_{max_window-1} are one parameter [max_window, H, H] fixed at
+    construction (default 20, the config's default window). `window` (default max_window)
+    may be set to any 1 <= m <= max_window before the first forward (the encoder sets it
+    from model.window); a larger value raises ValueError. The state size follows it
+    (S = window * H); only C_0..C_{m-1} are used. There is no recurrent matrix to
+    normalise (A is a fixed shift)."""
+
+    def __init__(self, input_size: int, hidden_size: int, max_window: int = 20):
+        super().__init__()
+        if max_window < 1:
+            raise ValueError("max_window must be >= 1")
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.max_window = max_window
+        self._window = max_window
+        self.W = nn.Linear(input_size, hidden_size)
+        self.C = nn.Parameter(torch.empty(max_window, hidden_size, hidden_size))
+        nn.init.uniform_(self.C, -hidden_size ** -0.5, hidden_size ** -0.5)
+
+    @property
+    def window(self) -> int:
+        return self._window
+
+    @window.setter
+    def window(self, m: int) -> None:
+        m = int(m)
+        if not 1 <= m <= self.max_window:
+            raise ValueError(f"va-w window must be between 1 and max_window={self.max_window}, got {m}")
+        self._window = m
+
+    @property
+    def state_size(self) -> int:
+        return self._window * self.hidden_size
+
+    def output(self, s):
+        return s[..., : self.hidden_size]
+
+    def _g(self, x):
+        m = self.window  # validated by the setter
+        g = torch.tanh(self.W(x))                                    # [B,T,H]
+        return torch.einsum("khj,btj->btkh", self.C[:m], g).reshape(*x.shape[:-1], m * self.hidden_size)
+
+    def _view(self, x, mask):
+        return BlockShiftView(self._g(x), mask, self.hidden_size, readout=slice(0, self.hidden_size))
+
+    def matrices(self, x):
+        """Dense block shift (ones on the H-th superdiagonal) and g_ext = [C_k g(x)]_k,
+        written from the definition: g_ext by looping over k."""
+        H, m = self.hidden_size, self.window
+        S = m * H
+        A = torch.diag(torch.ones(S - H, dtype=x.dtype, device=x.device), H)
+        g = torch.tanh(self.W(x))
+        g_ext = torch.cat([g @ self.C[k].T for k in range(m)], -1)
+        return A.expand(*x.shape[:-1], S, S), g_ext
+
+
+class MVMR(AffineCell):
+    """MVM-R (Baroni and Zamparelli, 2010), bigrams only, on the state s = [q; h] (S = 2H):
+
+        q_t = g(x_t),  h_t = A(x_t) q_{t-1} = A(x_t) g(x_{t-1}),
+        s_t = [[0, 0], [A(x_t), 0]] s_{t-1} + [g(x_t); 0],   output h = s[H:]
+
+    with A(x) = 0.25 diag(tanh(W_a x)) M + 0.5 I as in MVMA-ME and g(x) = tanh(W_g x + b).
+    The block matrix is nilpotent, so the only non-zero n-gram vectors are the unigram
+    [g(x_t); 0] (which reads out 0) and the bigram [0; A(x_t) g(x_{t-1})]: the output is
+    exactly the bigram. h_1 = 0 from a zero start (no bigram ends at the first token);
+    with a carried state (LM segments) q_0 = g(previous segment's last token), so the bigram
+    across the boundary is kept.
+
+    Direction: Table 1 writes v_{i-1:i} = A(x_{i-1}) g(x_i) (the earlier word's matrix acting
+    on the later word's vector, as Baroni and Zamparelli's adjective matrix on a noun). Here
+    the MVM definition of the same table, v_{i:j} = A(x_j)...A(x_{i+1}) g(x_i), is followed
+    and restricted to n = 2: the later word's matrix acts on the earlier word's vector. This
+    makes MVM-R exactly the bigram term of MVM/MVMA (the same left-to-right
+    left-multiplication of Section 3, so scores compare across the family), and keeps it a
+    small affine recurrence whose A depends on x_t only; Table 1's order would need the
+    previous word's whole matrix A(x_{t-1}) in the state (H*H more coordinates).
+
+    recurrent_weights: M, the matrix inside A(x), as for MVMA-ME."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.input_size, self.hidden_size, self.state_size = input_size, hidden_size, 2 * hidden_size
+        self.W = nn.Linear(input_size, hidden_size)
+        self.W_g = nn.Linear(input_size, hidden_size)
+        self.M = nn.Parameter(torch.empty(hidden_size, hidden_size))
+        nn.init.uniform_(self.M, -hidden_size ** -0.5, hidden_size ** -0.5)
+
+    def recurrent_weights(self):
+        return [(self, "M")]
+
+    def _view(self, x, mask):
+        g = torch.tanh(self.W_g(x))
+        a = torch.tanh(self.W(x))
+        return BigramView(torch.cat([g, torch.zeros_like(g)], -1), mask, self.M, a)
+
+    def matrices(self, x):
+        H = self.hidden_size
+        A = 0.25 * torch.diag_embed(torch.tanh(self.W(x))) @ self.M + 0.5 * _eye(x, H)
+        Z = torch.zeros_like(A)
+        A_ext = torch.cat([torch.cat([Z, Z], -1), torch.cat([A, Z], -1)], -2)
+        g = torch.tanh(self.W_g(x))
+        return A_ext, torch.cat([g, torch.zeros_like(g)], -1)
+
+
+class MM(AffineCell):
+    """MM (Yessenalina and Cardie, 2011): a d x d matrix per token, A(x) = reshape(W x + b,
+    d, d), and the context is the matrix M_{1:t} = A(x_t) ... A(x_1), flattened row-major
+    as the hidden state (hidden_size = d*d, state_size = hidden_size).
+
+    As an affine cell: A_ext(x_t) vec(M) = vec(A(x_t) M) (A(x_t) acting on every column of
+    M, i.e. A(x_t) kron I_d on the row-major vec) and the g-term vec(A(x_1)) only at the
+    first token (additive=False). Initialisation: b = vec(I) and W small (std 0.1/sqrt(E)),
+    so every A(x) starts near the identity and long products neither vanish nor explode.
+    No recurrent matrix to normalise (the per-token matrices are the inputs' own)."""
+
+    additive = False
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        d = math.isqrt(hidden_size)
+        if d * d != hidden_size:
+            raise ValueError(f"mm needs hidden_size = d*d (a perfect square), got {hidden_size}")
+        self.input_size, self.hidden_size, self.state_size = input_size, hidden_size, hidden_size
+        self.d = d
+        self.W = nn.Linear(input_size, hidden_size)
+        with torch.no_grad():
+            nn.init.normal_(self.W.weight, std=0.1 / math.sqrt(input_size))
+            self.W.bias.copy_(torch.eye(d).reshape(-1))
+
+    def _A(self, x):
+        return self.W(x).reshape(*x.shape[:-1], self.d, self.d)
+
+    def _view(self, x, mask):
+        A = self._A(x)
+        return MatrixLeftView(A.reshape(*x.shape[:-1], self.hidden_size), mask, A)
+
+    def matrices(self, x):
+        """Dense A(x_t) kron I_d, [B,T,d*d,d*d] (a test-only reference: d^4 numbers a step),
+        and g = vec(A(x_t))."""
+        A = self._A(x)
+        d = self.d
+        I = _eye(x, d)
+        A_ext = torch.stack([torch.kron(a, I) for a in A.reshape(-1, d, d)])
+        return A_ext.reshape(*x.shape[:-1], d * d, d * d), A.reshape(*x.shape[:-1], d * d)
+
+
+BASELINE_CELLS = {"vm": VM, "mm": MM, "va-w": VAW, "va-ew": VAEW, "mvm-r": MVMR}
