@@ -83,6 +83,32 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_approx_error(args) -> int:
+    from .analysis.approx import approx_error, format_report
+    from .train.checkpoint import load_checkpoint
+    from .train.run import batches, load_data
+
+    model, cfg, vocab, meta = load_checkpoint(args.model)
+    if cfg.model.cell == "transformer" or cfg.model.layers != 1 or cfg.model.bidirectional:
+        raise RnnlensError("approx-error explains single-layer, one-direction recurrent models "
+                           f"(this one: cell {cfg.model.cell}, layers {cfg.model.layers}, "
+                           f"bidirectional {cfg.model.bidirectional})")
+    if args.data_dir:
+        cfg.data.data_dir = args.data_dir
+    cfg.data.max_train_examples = None
+    data = load_data(cfg)
+    if data.task != meta.get("task", "classify") or data.labels != meta["labels"]:
+        raise RnnlensError("the data found now does not have the task and labels the model was trained on")
+    if args.split not in data.splits:
+        raise RnnlensError(f"split {args.split!r} is not available; available: {', '.join(data.splits)}")
+    res = approx_error(model, batches(cfg, data.task, data.splits[args.split], vocab, train=False))
+    if args.json:
+        print(json.dumps({"split": args.split, **res}))
+    else:
+        print(format_report(res, args.split))
+    return 0
+
+
 def cmd_bench(args) -> int:
     from .bench import run_bench
 
@@ -172,6 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--device", default="cpu")
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_eval)
+
+    a = sub.add_parser("approx-error", help="how well the linear view predicts the model's states "
+                       "(implicit-ngrams eq. 15)")
+    a.add_argument("--model", required=True, help="checkpoint folder (single layer, one direction)")
+    a.add_argument("--split", default="test")
+    a.add_argument("--data-dir", help="where the dataset is now (default: where it was in training)")
+    a.add_argument("--json", action="store_true", help="machine-readable output")
+    a.set_defaults(func=cmd_approx_error)
 
     b = sub.add_parser("bench", help="training tokens/s of every head at a fixed small setting")
     b.add_argument("--cell", default="gru")

@@ -1,0 +1,217 @@
+"""Training speed of every recurrent cell, against torch.nn.LSTM and torch.nn.GRU in the same run.
+
+    python -m benchmarks.cells                 # every cell of rnnlens.cells.CELLS, 2 threads
+    python -m benchmarks.cells --cells gru mvma-g --out /tmp/r.md
+
+What is timed: forward + backward of the cell alone (no embedding, no head) on an input
+x[B,T,E] = [32, 35, 256] float32 with requires_grad, hidden size 256, loss = out.sum(); the
+gradients of the parameters and of x are computed (as in training, where x comes from an
+embedding). torch.nn.LSTM / GRU run the same input with batch_first=True. One repeat is
+`--steps` forward+backward passes (default 1); tokens/s = B*T*steps / seconds; the median of
+`--repeats` (5) repeats is reported after `--warmup` (2) untimed passes.
+
+Each cell runs in its own child process (the same Python, the same thread count), so that
+its peak memory can be read: `resource.getrusage(RUSAGE_SELF).ru_maxrss` at the end minus
+the resident size just before the warm-up, i.e. how far forward + backward pushed the
+process's peak RSS above what the parameters and input already held. It is coarse (page
+granularity, allocator caching; 0 when the passes stay under the import-time peak) but it
+sees torch's allocations, which tracemalloc does not.
+
+The ratios to torch.nn.LSTM are what to compare across machines; absolute tokens/s are
+from one run on one machine.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCES = ("torch.nn.LSTM", "torch.nn.GRU")
+TARGET = ("mvma-g", "mvma-l")
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _build(name: str, size: int):
+    import torch
+
+    if name in REFERENCES:
+        cls = torch.nn.LSTM if name.endswith("LSTM") else torch.nn.GRU
+        mod = cls(size, size, batch_first=True)
+        return mod, lambda x: mod(x)[0]
+    from rnnlens.cells import CELLS
+
+    cell = CELLS[name](size, size)
+    return cell, lambda x: cell(x)[0]
+
+
+def worker(args) -> dict:
+    """Time one cell in this process; returns the result row."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    module, run = _build(args.worker, args.size)
+    module.train()
+    x = torch.randn(args.batch, args.length, args.size, requires_grad=True)
+    params = [p for p in module.parameters() if p.requires_grad]
+
+    def step():
+        for p in (*params, x):
+            p.grad = None
+        run(x).sum().backward()
+
+    rss0 = _rss_kb()
+    for _ in range(args.warmup):
+        step()
+    times = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        times.append(time.perf_counter() - t0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss       # KiB on Linux
+    tokens = args.batch * args.length * args.steps
+    tps = sorted(tokens / t for t in times)
+    return {"cell": args.worker, "tokens_per_s": statistics.median(tps), "min": tps[0], "max": tps[-1],
+            "peak_mb": max(0, peak - rss0) / 1024, "params": sum(p.numel() for p in params),
+            "threads": torch.get_num_threads()}
+
+
+def run_child(name: str, args) -> dict:
+    cmd = [sys.executable, "-m", "benchmarks.cells", "--worker", name,
+           "--threads", str(args.threads), "--repeats", str(args.repeats), "--warmup", str(args.warmup),
+           "--steps", str(args.steps), "--batch", str(args.batch), "--length", str(args.length),
+           "--size", str(args.size)]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if p.returncode != 0:
+        last = (p.stderr.strip().splitlines() or ["exit code %d" % p.returncode])[-1]
+        return {"cell": name, "error": last[:120]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def table(rows: list[dict], lstm: float | None) -> str:
+    head = f"| {'cell':18} | {'tokens/s':>10} | {'x LSTM':>7} | {'min..max tokens/s':>19} | {'peak MB':>8} | {'params':>9} |"
+    sep = "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"
+    lines = [head, sep]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['cell']:18} | {'failed':>10} | {'':>7} | {r['error'][:19]:>19} | {'':>8} | {'':>9} |")
+            continue
+        ratio = f"{r['tokens_per_s'] / lstm:.2f}x" if lstm else "n/a"
+        rng = f"{r['min']:,.0f}..{r['max']:,.0f}"
+        lines.append(f"| {r['cell']:18} | {r['tokens_per_s']:>10,.0f} | {ratio:>7} | {rng:>19} | "
+                     f"{r['peak_mb']:>8.1f} | {r['params']:>9,} |")
+    return "\n".join(lines)
+
+
+def report(rows: list[dict], args, started: str, seconds: float, load: tuple[float, float] = (0.0, 0.0)) -> str:
+    import torch
+
+    by = {r["cell"]: r for r in rows if "error" not in r}
+    lstm = by.get("torch.nn.LSTM", {}).get("tokens_per_s")
+    tab = table(rows, lstm)
+    target = []
+    for name in TARGET:
+        r = by.get(name)
+        if r is None or not lstm:
+            target.append(f"{name}: not measured")
+        else:
+            ratio = r["tokens_per_s"] / lstm
+            target.append(f"{name} {ratio:.2f}x ({'met' if ratio >= 1.0 else 'NOT met'})")
+    machine = f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs"
+    cpu = platform.processor() or _cpu_model()
+    return "\n".join([
+        "# Cell training speed",
+        "",
+        "Written by `python -m benchmarks.cells` (see benchmarks/README.md). One run on one machine:",
+        "compare the ratios to torch.nn.LSTM, not the absolute numbers.",
+        "",
+        f"- date: {started} (took {seconds:.0f} s)",
+        f"- machine: {machine}" + (f"; CPU: {cpu}" if cpu else ""),
+        f"- python {platform.python_version()}, torch {torch.__version__}, torch threads {args.threads}",
+        f"- setting: input [{args.batch}, {args.length}, {args.size}] float32 (requires_grad), hidden {args.size}, "
+        f"forward + backward of the cell alone, loss = out.sum(); median of {args.repeats} repeats of "
+        f"{args.steps} pass(es) after {args.warmup} warm-up passes; each cell in its own process",
+        f"- 1-minute load average: {load[0]:.2f} before, {load[1]:.2f} after the run "
+        f"({os.cpu_count()} CPUs; the benchmark itself adds about {args.threads})"
+        + (" -- WARNING: other work was running; the numbers are not trustworthy"
+           if load[0] > 0.5 or load[1] > args.threads + 0.5 else ""),
+        "- peak MB: peak RSS (getrusage ru_maxrss) minus the RSS just before the warm-up, in that cell's",
+        "  process; coarse, and 0 when the passes stay under the import-time peak",
+        "",
+        tab,
+        "",
+        "Target: MVMA-G and MVMA-L >= 1.0x torch.nn.LSTM",
+        "",
+        "This run: " + "; ".join(target),
+        "",
+    ])
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.cells", description=__doc__.split("\n")[0])
+    p.add_argument("--cells", nargs="*", help="cells to time (default: every cell of rnnlens.cells.CELLS)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--steps", type=int, default=1, help="forward+backward passes per timed repeat")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--length", type=int, default=35)
+    p.add_argument("--size", type=int, default=256, help="input and hidden size")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS-cells.md"), help="markdown file to write")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return 0
+    from rnnlens.cells import CELLS
+
+    names = list(REFERENCES) + (args.cells if args.cells else list(CELLS))
+    unknown = [n for n in names if n not in CELLS and n not in REFERENCES]
+    if unknown:
+        p.error(f"unknown cell(s) {', '.join(unknown)}; valid: {', '.join(CELLS)}")
+    started = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    load0 = os.getloadavg()[0]
+    if load0 > 0.5:
+        print(f"warning: 1-minute load average is {load0:.2f}: other work is running and will skew the "
+              "numbers", file=sys.stderr)
+    t0 = time.perf_counter()
+    rows = []
+    for name in names:
+        r = run_child(name, args)
+        rows.append(r)
+        msg = r.get("error") or f"{r['tokens_per_s']:,.0f} tokens/s"
+        print(f"  {name}: {msg}", file=sys.stderr, flush=True)
+    text = report(rows, args, started, time.perf_counter() - t0, (load0, os.getloadavg()[0]))
+    Path(args.out).write_text(text, encoding="utf-8")
+    print(text)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
