@@ -48,3 +48,73 @@ def affine_scan_ref(A: torch.Tensor, g: torch.Tensor, mask: torch.Tensor | None 
 def dense_matrices(view: LinearView) -> torch.Tensor:
     """Every A(x_t) of a view as dense [B,T,S,S] (for the reference and for tests)."""
     return torch.stack([view.matrix(t) for t in range(view.g.shape[1])], 1)
+
+
+class _StructuredScan(torch.autograd.Function):
+    """s_t = sum_k a_k(x_t) * (W_k s_{t-1}) + d(x_t) * s_{t-1} + g(x_t), kept at pads.
+
+    The forward loop records no autograd graph: one [B,H] x [H,K*H] product and a few
+    elementwise operations a step. The backward is the hand-derived reverse scan, one
+    [B,K*H] x [K*H,H] product a step; the gradients of W and of the per-step coefficients
+    are batched over all steps into single matrix products afterwards.
+    """
+
+    @staticmethod
+    def forward(ctx, g, W, coef, diag, s0, mask):
+        B, T, H = g.shape
+        K = W.shape[0] // H
+        Wt = W.t()
+        states = g.new_empty(B, T, H)
+        s = s0
+        with torch.no_grad():
+            for t in range(T):
+                new = torch.mul(torch.mm(s, Wt).view(B, K, H), coef[:, t].view(B, K, H)).sum(1)
+                new.addcmul_(diag[:, t], s).add_(g[:, t])
+                if mask is not None:
+                    new = torch.where(mask[:, t, None], new, s)
+                states[:, t] = new
+                s = new
+        ctx.save_for_backward(g, W, coef, diag, s0, states)
+        ctx.mask = mask
+        return states
+
+    @staticmethod
+    def backward(ctx, dstates):
+        g, W, coef, diag, s0, states = ctx.saved_tensors
+        mask = ctx.mask
+        B, T, H = g.shape
+        K = W.shape[0] // H
+        prev = torch.cat([s0[:, None], states[:, :-1]], 1)              # s_{t-1}
+        d_in = torch.empty_like(g)                                         # dL/d(new_t)
+        delta = torch.zeros_like(s0)
+        coef3 = coef.view(B, T, K, H)
+        for t in range(T - 1, -1, -1):
+            delta = delta + dstates[:, t]
+            if mask is not None:
+                m = mask[:, t, None].to(delta.dtype)
+                din, keep = delta * m, delta * (1 - m)
+            else:
+                din, keep = delta, None
+            d_in[:, t] = din
+            delta = torch.mm((coef3[:, t] * din[:, None, :]).reshape(B, K * H), W)
+            delta.addcmul_(diag[:, t], din)
+            if keep is not None:
+                delta = delta + keep
+        U = torch.matmul(prev, W.t()).view(B, T, K, H)                    # W_k s_{t-1}
+        dcoef = (U * d_in[:, :, None, :]).reshape(B, T, K * H)
+        ddiag = d_in * prev
+        dW = torch.matmul((coef3 * d_in[:, :, None, :]).reshape(B * T, K * H).t(), prev.reshape(B * T, H))
+        return d_in, dW, dcoef, ddiag, delta, None
+
+
+def structured_scan(g: torch.Tensor, W: torch.Tensor, coef: torch.Tensor, diag: torch.Tensor | None,
+                    s0: torch.Tensor, mask: torch.Tensor | None = None):
+    """Fused fast path for StructuredView recurrences (Elman/GRU-type A, MVMA-ME, the
+    approximate GRUs, VA-EW). g[B,T,H], W[K*H,H], coef[B,T,K*H], diag[B,T,H] or None,
+    s0[B,H] -> (states[B,T,H], final[B,H]). Matches affine_scan and affine_scan_ref."""
+    if diag is None:
+        diag = torch.zeros_like(g)
+    if mask is not None:
+        g = g * mask[..., None].to(g.dtype)
+    states = _StructuredScan.apply(g, W, coef, diag, s0, mask)
+    return states, states[:, -1]
