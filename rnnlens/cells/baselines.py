@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .base import LinearView, StructuredView
-from .ngram import AffineCell
+from .ngram import MVMAME, AffineCell
 
 
 def _eye(like: torch.Tensor, n: int) -> torch.Tensor:
@@ -216,7 +216,7 @@ class VAW(AffineCell):
         return A.expand(*x.shape[:-1], S, S), g_ext
 
 
-class MVMR(AffineCell):
+class MVMR(MVMAME):
     """MVM-R (Baroni and Zamparelli, 2010), bigrams only, on the state s = [q; h] (S = 2H):
 
         q_t = g(x_t),  h_t = A(x_t) q_{t-1} = A(x_t) g(x_{t-1}),
@@ -238,18 +238,11 @@ class MVMR(AffineCell):
     small affine recurrence whose A depends on x_t only; Table 1's order would need the
     previous word's whole matrix A(x_{t-1}) in the state (H*H more coordinates).
 
-    recurrent_weights: M, the matrix inside A(x), as for MVMA-ME."""
+    Parameters and recurrent_weights (M) are MVMA-ME's; only the state layout differs."""
 
     def __init__(self, input_size: int, hidden_size: int):
-        super().__init__()
-        self.input_size, self.hidden_size, self.state_size = input_size, hidden_size, 2 * hidden_size
-        self.W = nn.Linear(input_size, hidden_size)
-        self.W_g = nn.Linear(input_size, hidden_size)
-        self.M = nn.Parameter(torch.empty(hidden_size, hidden_size))
-        nn.init.uniform_(self.M, -hidden_size ** -0.5, hidden_size ** -0.5)
-
-    def recurrent_weights(self):
-        return [(self, "M")]
+        super().__init__(input_size, hidden_size)
+        self.state_size = 2 * hidden_size
 
     def _view(self, x, mask):
         g = torch.tanh(self.W_g(x))
