@@ -56,7 +56,8 @@ class _StructuredScan(torch.autograd.Function):
     The forward loop records no autograd graph: one [B,H] x [H,K*H] product and a few
     elementwise operations a step. The backward is the hand-derived reverse scan, one
     [B,K*H] x [K*H,H] product a step; the gradients of W and of the per-step coefficients
-    are batched over all steps into single matrix products afterwards.
+    are batched over all steps afterwards (the products W_k s_{t-1} are kept from the
+    forward, [B,T,K*H], rather than recomputed).
     """
 
     @staticmethod
@@ -65,22 +66,25 @@ class _StructuredScan(torch.autograd.Function):
         K = W.shape[0] // H
         Wt = W.t()
         states = g.new_empty(B, T, H)
+        U = g.new_empty(B, T, K * H)          # W_k s_{t-1}, kept for the coefficients' gradient
         s = s0
         with torch.no_grad():
             for t in range(T):
-                new = torch.mul(torch.mm(s, Wt).view(B, K, H), coef[:, t].view(B, K, H)).sum(1)
+                u = torch.mm(s, Wt)
+                U[:, t] = u
+                new = torch.mul(u.view(B, K, H), coef[:, t].view(B, K, H)).sum(1)
                 new.addcmul_(diag[:, t], s).add_(g[:, t])
                 if mask is not None:
                     new = torch.where(mask[:, t, None], new, s)
                 states[:, t] = new
                 s = new
-        ctx.save_for_backward(g, W, coef, diag, s0, states)
+        ctx.save_for_backward(g, W, coef, diag, s0, states, U)
         ctx.mask = mask
         return states
 
     @staticmethod
     def backward(ctx, dstates):
-        g, W, coef, diag, s0, states = ctx.saved_tensors
+        g, W, coef, diag, s0, states, U = ctx.saved_tensors
         mask = ctx.mask
         B, T, H = g.shape
         K = W.shape[0] // H
@@ -100,8 +104,7 @@ class _StructuredScan(torch.autograd.Function):
             delta.addcmul_(diag[:, t], din)
             if keep is not None:
                 delta = delta + keep
-        U = torch.matmul(prev, W.t()).view(B, T, K, H)                    # W_k s_{t-1}
-        dcoef = (U * d_in[:, :, None, :]).reshape(B, T, K * H)
+        dcoef = (U.view(B, T, K, H) * d_in[:, :, None, :]).reshape(B, T, K * H)
         ddiag = d_in * prev
         dW = torch.matmul((coef3 * d_in[:, :, None, :]).reshape(B * T, K * H).t(), prev.reshape(B * T, H))
         return d_in, dW, dcoef, ddiag, delta, None
