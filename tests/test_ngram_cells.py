@@ -182,3 +182,25 @@ def test_fused_structured_scan_matches_the_generic_engine(name, masked):
         if a is None or b is None:
             continue
         assert max_diff(a, b) < 1e-10
+
+
+@pytest.mark.parametrize("name", ["mvma-l", "mvm-l", "lstm-approx", "lstm-simplified", "lstm-variant"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_fused_lstm_block_scan_matches_the_generic_engine(name, masked):
+    from rnnlens.ops.affine import lstm_block_scan
+    cell = make(name)
+    x, mask, _ = padded_batch()
+    mask = mask if masked else None
+    x.requires_grad_(True)
+    s0 = (torch.randn(4, cell.state_size, dtype=torch.float64) * 0.3).requires_grad_(True)
+    fused, ffin = lstm_block_scan(cell.linear_view(x, mask), s0, mask)
+    ref, rfin = affine_scan(cell.linear_view(x, mask), s0)
+    assert max_diff(fused, ref) < 1e-12 and max_diff(ffin, rfin) < 1e-12
+    w = torch.randn_like(fused)
+    params = [x, s0, *cell.parameters()]
+    g1 = torch.autograd.grad((fused * w).sum() + (ffin * 2).sum(), params, allow_unused=True)
+    g2 = torch.autograd.grad((ref * w).sum() + (rfin * 2).sum(), params, allow_unused=True)
+    for a, b in zip(g1, g2):
+        if a is None or b is None:
+            continue
+        assert max_diff(a, b) < 1e-10

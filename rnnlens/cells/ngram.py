@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..ops.affine import affine_scan, structured_scan
+from ..ops.affine import affine_scan, lstm_block_scan, structured_scan
 from .base import Cell, LinearView, StructuredView
 from .classic import CLASSIC, LSTMView
 
@@ -47,8 +47,11 @@ class AffineCell(Cell):
 
     def _scan(self, x, mask, s):
         view = self.linear_view(x, mask)
-        if type(view) is StructuredView and self.clamp is None and x.shape[1] > 0:
-            return structured_scan(view.g, view.W, view.coef, view.diag, s, mask)
+        if self.clamp is None and x.shape[1] > 0:
+            if type(view) is StructuredView:
+                return structured_scan(view.g, view.W, view.coef, view.diag, s, mask)
+            if type(view) is LSTMView:
+                return lstm_block_scan(view, s, mask)
         return affine_scan(view, s, self.clamp)
 
     def step(self, x_t: torch.Tensor, s: torch.Tensor, add_g: torch.Tensor | bool = True) -> torch.Tensor:

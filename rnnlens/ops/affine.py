@@ -121,3 +121,81 @@ def structured_scan(g: torch.Tensor, W: torch.Tensor, coef: torch.Tensor, diag: 
         g = g * mask[..., None].to(g.dtype)
     states = _StructuredScan.apply(g, W, coef, diag, s0, mask)
     return states, states[:, -1]
+
+
+class _LSTMBlockScan(torch.autograd.Function):
+    """The LSTM's 2x2 block form on s = [c; h] (LSTMView): with U = W_hh h_{t-1} split
+    into (u_i, u_f, u_g, u_o),
+        u  = f * c_{t-1} + a_i * u_i + a_f * u_f + a_g * u_g
+        c_t = u + g_c,   h_t = k * u + a_o * u_o + g_h.
+    Forward without an autograd graph, backward as a hand-derived reverse scan; the
+    coefficient and W gradients are batched over all steps afterwards."""
+
+    @staticmethod
+    def forward(ctx, g, W, f, a_i, a_g, a_o, k, a_f, s0, mask):
+        B, T, S = g.shape
+        H = S // 2
+        Wt = W.t()
+        states = g.new_empty(B, T, S)
+        U = g.new_empty(B, T, 4 * H)
+        s = s0
+        with torch.no_grad():
+            for t in range(T):
+                c, h = s[:, :H], s[:, H:]
+                u4 = torch.mm(h, Wt)
+                U[:, t] = u4
+                ui, uf, ug, uo = u4.chunk(4, -1)
+                u = f[:, t] * c + a_i[:, t] * ui + a_g[:, t] * ug
+                if a_f is not None:
+                    u.addcmul_(a_f[:, t], uf)
+                new = torch.cat([u + g[:, t, :H], k[:, t] * u + a_o[:, t] * uo + g[:, t, H:]], -1)
+                if mask is not None:
+                    new = torch.where(mask[:, t, None], new, s)
+                states[:, t] = new
+                s = new
+        ctx.save_for_backward(g, W, f, a_i, a_g, a_o, k, a_f, s0, states, U)
+        ctx.mask = mask
+        return states
+
+    @staticmethod
+    def backward(ctx, dstates):
+        g, W, f, a_i, a_g, a_o, k, a_f, s0, states, U = ctx.saved_tensors
+        mask = ctx.mask
+        B, T, S = g.shape
+        H = S // 2
+        d_in = torch.empty_like(g)                                   # dL/d(new state_t)
+        delta = torch.zeros_like(s0)
+        zero = torch.zeros(B, H, dtype=g.dtype, device=g.device)
+        for t in range(T - 1, -1, -1):
+            delta = delta + dstates[:, t]
+            if mask is not None:
+                m = mask[:, t, None].to(delta.dtype)
+                din, keep = delta * m, delta * (1 - m)
+            else:
+                din, keep = delta, None
+            d_in[:, t] = din
+            dc, dh = din[:, :H], din[:, H:]
+            du = dc + k[:, t] * dh
+            dU = torch.cat([du * a_i[:, t], du * a_f[:, t] if a_f is not None else zero,
+                            du * a_g[:, t], dh * a_o[:, t]], -1)
+            delta = torch.cat([du * f[:, t], torch.mm(dU, W)], -1)
+            if keep is not None:
+                delta = delta + keep
+        prev = torch.cat([s0[:, None], states[:, :-1]], 1)
+        c_prev, h_prev = prev[..., :H], prev[..., H:]
+        ui, uf, ug, uo = U.chunk(4, -1)
+        dc, dh = d_in[..., :H], d_in[..., H:]
+        u = f * c_prev + a_i * ui + a_g * ug + (a_f * uf if a_f is not None else 0)
+        du = dc + k * dh
+        dU = torch.cat([du * a_i, du * a_f if a_f is not None else torch.zeros_like(du),
+                        du * a_g, dh * a_o], -1)
+        dW = torch.matmul(dU.reshape(B * T, 4 * H).t(), h_prev.reshape(B * T, H))
+        return (d_in, dW, du * c_prev, du * ui, du * ug, dh * uo, dh * u,
+                du * uf if a_f is not None else None, delta, None)
+
+
+def lstm_block_scan(view, s0: torch.Tensor, mask: torch.Tensor | None = None):
+    """Fused fast path for an LSTMView: -> (states[B,T,2H], final[B,2H])."""
+    g = view.g if mask is None else view.g * mask[..., None].to(view.g.dtype)
+    states = _LSTMBlockScan.apply(g, view.W, view.f, view.a_i, view.a_g, view.a_o, view.k, view.a_f, s0, mask)
+    return states, states[:, -1]
