@@ -240,3 +240,14 @@ def test_bench_prints_every_head(capsys):
     out = capsys.readouterr().out
     for head in ("classify", "regress", "relation", "tag", "lm", "reference torch.nn.GRU"):
         assert head in out
+
+
+def test_max_length_truncates_every_split(tmp_path):
+    from rnnlens.train.run import load_data
+    rows = ["pos\t" + " ".join(["good"] * 30), "neg\t" + " ".join(["bad"] * 5)] * 3
+    (tmp_path / "t.tsv").write_text("\n".join(rows))
+    cfg = Config.from_dict({"data": {"corpus": "tsv", "train_file": str(tmp_path / "t.tsv"),
+                                     "test_file": str(tmp_path / "t.tsv"), "max_length": 10}})
+    data = load_data(cfg)
+    assert max(len(ex.tokens) for s in data.splits.values() for ex in s) == 10
+    assert any("truncated to their first 10 tokens" in n for n in data.notes)

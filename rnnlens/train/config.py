@@ -28,6 +28,7 @@ class DataConfig:
     data_dir: str | None = None       # folder holding the dataset (e.g. ../shared/data)
     task: str | None = None           # None: the dataset's own task
     max_train_examples: int | None = None   # budget cap (for lm: training tokens)
+    max_length: int | None = None     # truncate every example to this many tokens (all splits)
     bptt: int = 35                    # lm: truncated back-propagation length
     train_file: str | None = None
     dev_file: str | None = None
@@ -139,6 +140,7 @@ class Config:
         need(t.threads is None or t.threads >= 1, "train.threads must be >= 1")
         need(dcfg.task is None or dcfg.task in TASKS, f"data.task {dcfg.task!r} is not one of {', '.join(TASKS)}")
         need(dcfg.bptt >= 1, "data.bptt must be >= 1")
+        need(dcfg.max_length is None or dcfg.max_length >= 1, "data.max_length must be >= 1")
         need(m.pooling in POOLINGS, f"model.pooling {m.pooling!r} is not one of {', '.join(POOLINGS)}")
         need(m.embedding_dim > 0 and m.hidden_size > 0, "model sizes must be positive")
         need(t.optimizer in OPTIMIZERS, f"train.optimizer {t.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")

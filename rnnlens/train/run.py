@@ -54,6 +54,16 @@ def load_data(cfg: Config) -> Data:
         data = Data(ds.task, ds.splits, ds.labels, list(ds.notes))
     if d.task is not None and d.task != data.task:
         raise RnnlensError(f"dataset {d.corpus!r} is a {data.task!r} task, not {d.task!r}")
+    if d.max_length is not None and data.task != "lm":
+        n = d.max_length
+        cut = sum(len(ex.tokens) > n for split in data.splits.values() for ex in split)
+        for split in data.splits.values():
+            for ex in split:
+                if len(ex.tokens) > n:
+                    ex.tokens = ex.tokens[:n]
+                    if isinstance(ex.label, list):
+                        ex.label = ex.label[:n]
+        data.notes.append(f"{cut} examples truncated to their first {n} tokens (data.max_length), in every split")
     cap = d.max_train_examples
     if cap is not None:
         train = data.splits["train"]
