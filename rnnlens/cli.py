@@ -58,24 +58,31 @@ def cmd_train(args) -> int:
     return 0
 
 
-def cmd_eval(args) -> int:
-    from .train.checkpoint import load_checkpoint
-    from .train.run import batches, check_device, load_data
-    from .train.trainer import Trainer
+def _split_batches(args, cfg, meta, vocab):
+    """Batches of --split of the dataset a checkpoint was trained on (reloaded from
+    --data-dir or where it was), after checking it still has the model's task and labels."""
+    from .train.run import batches, load_data
 
-    check_device(args.device)
-    model, cfg, vocab, meta = load_checkpoint(args.model, device=args.device)
-    if args.data_dir:
+    if getattr(args, "data_dir", None):
         cfg.data.data_dir = args.data_dir
     cfg.data.max_train_examples = None
-    cfg.train.device = args.device
     data = load_data(cfg)
     if data.task != meta.get("task", "classify") or data.labels != meta["labels"]:
         raise RnnlensError("the data found now does not have the task and labels the model was trained on")
     if args.split not in data.splits:
         raise RnnlensError(f"split {args.split!r} is not available; available: {', '.join(data.splits)}")
-    scores = Trainer(model, cfg.train, progress=False).evaluate(
-        batches(cfg, data.task, data.splits[args.split], vocab, train=False))
+    return batches(cfg, data.task, data.splits[args.split], vocab, train=False)
+
+
+def cmd_eval(args) -> int:
+    from .train.checkpoint import load_checkpoint
+    from .train.run import check_device
+    from .train.trainer import Trainer
+
+    check_device(args.device)
+    model, cfg, vocab, meta = load_checkpoint(args.model, device=args.device)
+    cfg.train.device = args.device
+    scores = Trainer(model, cfg.train, progress=False).evaluate(_split_batches(args, cfg, meta, vocab))
     if args.json:
         print(json.dumps({"split": args.split, **scores}))
     else:
@@ -86,22 +93,13 @@ def cmd_eval(args) -> int:
 def cmd_approx_error(args) -> int:
     from .analysis.approx import approx_error, format_report
     from .train.checkpoint import load_checkpoint
-    from .train.run import batches, load_data
 
     model, cfg, vocab, meta = load_checkpoint(args.model)
     if cfg.model.cell == "transformer" or cfg.model.layers != 1 or cfg.model.bidirectional:
         raise RnnlensError("approx-error explains single-layer, one-direction recurrent models "
                            f"(this one: cell {cfg.model.cell}, layers {cfg.model.layers}, "
                            f"bidirectional {cfg.model.bidirectional})")
-    if args.data_dir:
-        cfg.data.data_dir = args.data_dir
-    cfg.data.max_train_examples = None
-    data = load_data(cfg)
-    if data.task != meta.get("task", "classify") or data.labels != meta["labels"]:
-        raise RnnlensError("the data found now does not have the task and labels the model was trained on")
-    if args.split not in data.splits:
-        raise RnnlensError(f"split {args.split!r} is not available; available: {', '.join(data.splits)}")
-    res = approx_error(model, batches(cfg, data.task, data.splits[args.split], vocab, train=False))
+    res = approx_error(model, _split_batches(args, cfg, meta, vocab))
     if args.json:
         print(json.dumps({"split": args.split, **res}))
     else:
