@@ -161,39 +161,26 @@ def test_spectral_norm_bounds_the_recurrent_matrix_and_checkpoints(name, tmp_pat
     assert max_diff(loaded(b), model(b)) < 1e-6
 
 
-@pytest.mark.parametrize("name", ["mvma-g", "mvma-e", "mvma-me", "gru-approx", "gru-variant", "va-ew", "mvm-g"])
+FUSED = [("mvma-g", "structured"), ("mvma-e", "structured"), ("mvma-me", "structured"),
+         ("gru-approx", "structured"), ("gru-variant", "structured"), ("va-ew", "structured"),
+         ("mvm-g", "structured"), ("mvma-l", "lstm"), ("mvm-l", "lstm"), ("lstm-approx", "lstm"),
+         ("lstm-simplified", "lstm"), ("lstm-variant", "lstm")]
+
+
+@pytest.mark.parametrize("name,kind", FUSED)
 @pytest.mark.parametrize("masked", [False, True])
-def test_fused_structured_scan_matches_the_generic_engine(name, masked):
-    from rnnlens.ops.affine import structured_scan
+def test_fused_scans_match_the_generic_engine(name, kind, masked):
+    from rnnlens.ops.affine import lstm_block_scan, structured_scan
     cell = make(name)
     x, mask, _ = padded_batch()
     mask = mask if masked else None
     x.requires_grad_(True)
     s0 = (torch.randn(4, cell.state_size, dtype=torch.float64) * 0.3).requires_grad_(True)
     view = cell.linear_view(x, mask)
-    fused, ffin = structured_scan(view.g, view.W, view.coef, view.diag, s0, mask)
-    ref, rfin = affine_scan(cell.linear_view(x, mask), s0)
-    assert max_diff(fused, ref) < 1e-12 and max_diff(ffin, rfin) < 1e-12
-    w = torch.randn_like(fused)
-    params = [x, s0, *cell.parameters()]
-    g1 = torch.autograd.grad((fused * w).sum() + (ffin * 2).sum(), params, allow_unused=True)
-    g2 = torch.autograd.grad((ref * w).sum() + (rfin * 2).sum(), params, allow_unused=True)
-    for a, b in zip(g1, g2):
-        if a is None or b is None:
-            continue
-        assert max_diff(a, b) < 1e-10
-
-
-@pytest.mark.parametrize("name", ["mvma-l", "mvm-l", "lstm-approx", "lstm-simplified", "lstm-variant"])
-@pytest.mark.parametrize("masked", [False, True])
-def test_fused_lstm_block_scan_matches_the_generic_engine(name, masked):
-    from rnnlens.ops.affine import lstm_block_scan
-    cell = make(name)
-    x, mask, _ = padded_batch()
-    mask = mask if masked else None
-    x.requires_grad_(True)
-    s0 = (torch.randn(4, cell.state_size, dtype=torch.float64) * 0.3).requires_grad_(True)
-    fused, ffin = lstm_block_scan(cell.linear_view(x, mask), s0, mask)
+    if kind == "structured":
+        fused, ffin = structured_scan(view.g, view.W, view.coef, view.diag, s0, mask)
+    else:
+        fused, ffin = lstm_block_scan(view, s0, mask)
     ref, rfin = affine_scan(cell.linear_view(x, mask), s0)
     assert max_diff(fused, ref) < 1e-12 and max_diff(ffin, rfin) < 1e-12
     w = torch.randn_like(fused)

@@ -275,7 +275,6 @@ class LSTMApprox(_TorchLayout):
     def matrices(self, x):
         xi, xf, xc, xo = self._x(x)
         W_hi, W_hf, W_hc, W_ho = self.weight_hh.chunk(4)
-        I = _eye(x, self.hidden_size)
         if self.kind == "variant":
             gc = 0.25 * xi * xc + 0.5 * xc
             gh = 0.25 * xo * gc + 0.5 * gc

@@ -50,6 +50,27 @@ def dense_matrices(view: LinearView) -> torch.Tensor:
     return torch.stack([view.matrix(t) for t in range(view.g.shape[1])], 1)
 
 
+def _reverse_scan(dstates: torch.Tensor, mask, s0: torch.Tensor, back):
+    """The reverse loop shared by the fused scans. delta is dL/ds_t; at a pad position the
+    state was copied, so its gradient passes straight to s_{t-1}; elsewhere back(t, din)
+    carries din = dL/d(new state_t) through the update to s_{t-1}.
+    Returns (din for every t [B,T,S], dL/ds_0 [B,S])."""
+    d_in = torch.empty_like(dstates)
+    delta = torch.zeros_like(s0)
+    for t in range(dstates.shape[1] - 1, -1, -1):
+        delta = delta + dstates[:, t]
+        if mask is None:
+            din, keep = delta, None
+        else:
+            m = mask[:, t, None].to(delta.dtype)
+            din, keep = delta * m, delta * (1 - m)
+        d_in[:, t] = din
+        delta = back(t, din)
+        if keep is not None:
+            delta = delta + keep
+    return d_in, delta
+
+
 class _StructuredScan(torch.autograd.Function):
     """s_t = sum_k a_k(x_t) * (W_k s_{t-1}) + d(x_t) * s_{t-1} + g(x_t), kept at pads.
 
@@ -89,21 +110,13 @@ class _StructuredScan(torch.autograd.Function):
         B, T, H = g.shape
         K = W.shape[0] // H
         prev = torch.cat([s0[:, None], states[:, :-1]], 1)              # s_{t-1}
-        d_in = torch.empty_like(g)                                         # dL/d(new_t)
-        delta = torch.zeros_like(s0)
         coef3 = coef.view(B, T, K, H)
-        for t in range(T - 1, -1, -1):
-            delta = delta + dstates[:, t]
-            if mask is not None:
-                m = mask[:, t, None].to(delta.dtype)
-                din, keep = delta * m, delta * (1 - m)
-            else:
-                din, keep = delta, None
-            d_in[:, t] = din
-            delta = torch.mm((coef3[:, t] * din[:, None, :]).reshape(B, K * H), W)
-            delta.addcmul_(diag[:, t], din)
-            if keep is not None:
-                delta = delta + keep
+
+        def back(t, din):
+            d = torch.mm((coef3[:, t] * din[:, None, :]).reshape(B, K * H), W)
+            return d.addcmul_(diag[:, t], din)
+
+        d_in, delta = _reverse_scan(dstates, mask, s0, back)
         dcoef = (U.view(B, T, K, H) * d_in[:, :, None, :]).reshape(B, T, K * H)
         ddiag = d_in * prev
         dW = torch.matmul((coef3 * d_in[:, :, None, :]).reshape(B * T, K * H).t(), prev.reshape(B * T, H))
@@ -163,24 +176,16 @@ class _LSTMBlockScan(torch.autograd.Function):
         mask = ctx.mask
         B, T, S = g.shape
         H = S // 2
-        d_in = torch.empty_like(g)                                   # dL/d(new state_t)
-        delta = torch.zeros_like(s0)
         zero = torch.zeros(B, H, dtype=g.dtype, device=g.device)
-        for t in range(T - 1, -1, -1):
-            delta = delta + dstates[:, t]
-            if mask is not None:
-                m = mask[:, t, None].to(delta.dtype)
-                din, keep = delta * m, delta * (1 - m)
-            else:
-                din, keep = delta, None
-            d_in[:, t] = din
+
+        def back(t, din):
             dc, dh = din[:, :H], din[:, H:]
             du = dc + k[:, t] * dh
             dU = torch.cat([du * a_i[:, t], du * a_f[:, t] if a_f is not None else zero,
                             du * a_g[:, t], dh * a_o[:, t]], -1)
-            delta = torch.cat([du * f[:, t], torch.mm(dU, W)], -1)
-            if keep is not None:
-                delta = delta + keep
+            return torch.cat([du * f[:, t], torch.mm(dU, W)], -1)
+
+        d_in, delta = _reverse_scan(dstates, mask, s0, back)
         prev = torch.cat([s0[:, None], states[:, :-1]], 1)
         c_prev, h_prev = prev[..., :H], prev[..., H:]
         ui, uf, ug, uo = U.chunk(4, -1)
