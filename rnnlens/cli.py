@@ -166,7 +166,10 @@ def cmd_explain(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     p = _Parser(prog="rnnlens", description="Train recurrent networks and read what they compute as n-grams.")
+    p.add_argument("--version", action="version", version=f"rnnlens {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     d = sub.add_parser("demo", help="train a GRU on the built-in polarity corpus and write a report")

@@ -234,3 +234,9 @@ def test_multiclass_mean_pooling_with_bias_adds_up(tmp_path, capsys):
         k = meta["labels"].index(target)
         logits = model(collate([Example(["red", "sky"])], vocab))[0]
         assert abs(logits[k].item() - model.head.out.bias[k].item() - d["logit"]) < 1e-5
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("rnnlens ")
