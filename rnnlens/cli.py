@@ -20,9 +20,15 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
     from .train.config import flat_fields
 
     g = p.add_argument_group("config overrides (each also settable in --config)")
+    from .cells import CELLS
+    from .data.datasets import DATASETS
+
+    choices = {"corpus": ["polarity", "tsv", *DATASETS], "cell": [*CELLS, "transformer"],
+               "task": ["classify", "regress", "relation", "tag", "lm"]}
     for name, (section, _typ) in flat_fields().items():
         flags = [f"--{name.replace('_', '-')}"] + (["--data"] if name == "corpus" else [])
-        g.add_argument(*flags, dest=f"cfg:{section}.{name}", metavar="V", help=f"{section}.{name}")
+        extra = f": one of {', '.join(choices[name])}" if name in choices else ""
+        g.add_argument(*flags, dest=f"cfg:{section}.{name}", metavar="V", help=f"{section}.{name}{extra}")
 
 
 def cmd_demo(args) -> int:
