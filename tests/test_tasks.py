@@ -130,6 +130,9 @@ def test_lm_tied_and_adaptive_heads():
         out = model(batch)
         loss = model.loss(out, batch)
         assert torch.isfinite(loss)
+        once, metrics = model.head.loss_and_metrics(out, batch)
+        assert max_diff(once, loss) < 1e-6 and metrics["tokens"] == 15
+        assert abs(metrics["nll"] / 15 - loss.item()) < 1e-5
         if cfg.tie_weights:
             assert model.head.out.weight is model.embedding.weight
             assert abs(loss.item() - torch.log(torch.tensor(float(v))).item()) < 1.5

@@ -54,7 +54,12 @@ class LMHead(nn.Module):
         return self.nll_sum(output, batch) / batch.mask.sum().clamp(min=1)
 
     def metrics(self, output, batch) -> dict:
-        return {"nll": float(self.nll_sum(output, batch)), "tokens": float(batch.mask.sum())}
+        return self.loss_and_metrics(output, batch)[1]
+
+    def loss_and_metrics(self, output, batch):
+        """Both from one pass over the softmax (evaluation would otherwise compute it twice)."""
+        nll, tokens = self.nll_sum(output, batch), batch.mask.sum()
+        return nll / tokens.clamp(min=1), {"nll": float(nll), "tokens": float(tokens)}
 
     def finalize(self, m: dict) -> dict[str, float]:
         mean = m["nll"] / max(m["tokens"], 1.0)

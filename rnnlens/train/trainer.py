@@ -78,9 +78,14 @@ class Trainer:
         for batch in batches:
             batch = batch.to(self.device)
             out = self.model(batch)
-            loss_sum += self.model.loss(out, batch).item() * len(batch)
+            head = self.model.head
+            if hasattr(head, "loss_and_metrics"):
+                loss, metrics = head.loss_and_metrics(out, batch)
+            else:
+                loss, metrics = self.model.loss(out, batch), head.metrics(out, batch)
+            loss_sum += loss.item() * len(batch)
             n += len(batch)
-            merge_metrics(merged, self.model.head.metrics(out, batch))
+            merge_metrics(merged, metrics)
         if n == 0:
             raise RnnlensError("cannot evaluate on an empty split")
         return {"loss": loss_sum / n, **self.model.head.finalize(merged)}
