@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .analysis.polarity import adjective_table, summarize
 from .analysis.sentence import explain_tokens
-from .data.synthetic import NEGATIVE, POSITIVE
+from .data.synthetic import FORMS, NEGATIVE, POSITIVE
 from .data.tokenize import Tokenizer
 from .train.checkpoint import output_dir
 from .train.config import Config
@@ -22,7 +22,6 @@ from .viz import plots, report
 
 BARS_SENTENCE = "those filmmakings were not not charming"
 HEATMAP_SENTENCE = "the actors were really not dull but the plot was not interesting"
-FORMS = ("token", "negation", "double_negation")
 FORM_NAMES = {"token": "tokens", "negation": "negation phrases", "double_negation": "double negation phrases"}
 
 

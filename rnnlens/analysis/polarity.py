@@ -17,8 +17,6 @@ from ..data.batching import Example, collate
 from ..data.vocab import Vocab
 from .ngrams import ngram_scores
 
-FORM_PREFIX = {"token": [], "negation": ["not"], "double_negation": ["not", "not"]}
-
 
 @torch.no_grad()
 def phrase_scores(model, vocab: Vocab, phrases: list[list[str]], row: int = 0) -> torch.Tensor:

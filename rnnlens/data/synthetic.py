@@ -48,14 +48,6 @@ def phrase_label(adjective: str, form: str) -> int:
     return base if FORMS.index(form) % 2 == 0 else 1 - base
 
 
-def adjective_polarity(adjective: str) -> int:
-    if adjective in POSITIVE:
-        return 1
-    if adjective in NEGATIVE:
-        return 0
-    raise KeyError(adjective)
-
-
 def _sentence(rng: random.Random, adjective: str, form: str) -> list[str]:
     words = [rng.choice(_DETERMINERS), rng.choice(_NOUNS), rng.choice(_VERBS)]
     if rng.random() < 0.3:

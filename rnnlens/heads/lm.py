@@ -2,8 +2,6 @@
 optional tied output embedding and an adaptive softmax for large vocabularies."""
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -62,5 +60,6 @@ class LMHead(nn.Module):
         return nll / tokens.clamp(min=1), {"nll": float(nll), "tokens": float(tokens)}
 
     def finalize(self, m: dict) -> dict[str, float]:
-        mean = m["nll"] / max(m["tokens"], 1.0)
-        return {"ppl": math.exp(min(mean, 700.0))}
+        from ..metrics import perplexity
+
+        return {"ppl": perplexity(m["nll"], max(m["tokens"], 1.0))}

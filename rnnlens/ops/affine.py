@@ -45,11 +45,6 @@ def affine_scan_ref(A: torch.Tensor, g: torch.Tensor, mask: torch.Tensor | None 
     return torch.stack(out, 1), s
 
 
-def dense_matrices(view: LinearView) -> torch.Tensor:
-    """Every A(x_t) of a view as dense [B,T,S,S] (for the reference and for tests)."""
-    return torch.stack([view.matrix(t) for t in range(view.g.shape[1])], 1)
-
-
 def _reverse_scan(dstates: torch.Tensor, mask, s0: torch.Tensor, back):
     """The reverse loop shared by the fused scans. delta is dL/ds_t; at a pad position the
     state was copied, so its gradient passes straight to s_{t-1}; elsewhere back(t, din)
