@@ -35,7 +35,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCES = ("torch.nn.LSTM", "torch.nn.GRU")
+REFERENCES = ("torch.nn.LSTM", "torch.nn.GRU", "torch.nn.LSTM-aten")
+# torch.nn.LSTM on the CPU runs oneDNN's fused RNN kernel (mkldnn_rnn_layer). "-aten" runs the
+# same module with oneDNN switched off: ATen's own C++ time loop, which is what a recurrence
+# written as ordinary tensor operations competes with.
 TARGET = ("mvma-g", "mvma-l")
 
 
@@ -49,8 +52,13 @@ def _build(name: str, size: int):
     import torch
 
     if name in REFERENCES:
-        cls = torch.nn.LSTM if name.endswith("LSTM") else torch.nn.GRU
+        cls = torch.nn.GRU if name == "torch.nn.GRU" else torch.nn.LSTM
         mod = cls(size, size, batch_first=True)
+        if name.endswith("-aten"):
+            def run(x):
+                with torch.backends.mkldnn.flags(enabled=False):
+                    return mod(x)[0]
+            return mod, run
         return mod, lambda x: mod(x)[0]
     from rnnlens.cells import CELLS
 
@@ -60,8 +68,11 @@ def _build(name: str, size: int):
 
 def worker(args) -> dict:
     """Time one cell in this process; returns the result row."""
+    import warnings
+
     import torch
 
+    warnings.filterwarnings("ignore", message="TF32 acceleration")   # printed by mkldnn.flags()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     module, run = _build(args.worker, args.size)
@@ -154,6 +165,9 @@ def report(rows: list[dict], args, started: str, seconds: float, load: tuple[flo
         "  process; coarse, and 0 when the passes stay under the import-time peak",
         "",
         tab,
+        "",
+        "torch.nn.LSTM runs oneDNN's fused RNN kernel; torch.nn.LSTM-aten is the same module with",
+        "oneDNN off (ATen's C++ time loop).",
         "",
         "Target: MVMA-G and MVMA-L >= 1.0x torch.nn.LSTM",
         "",

@@ -144,18 +144,19 @@ class _LSTMBlockScan(torch.autograd.Function):
         B, T, S = g.shape
         H = S // 2
         Wt = W.t()
+        K = W.shape[0] // H                   # 4, or 3 when the W_hf block is dropped (a_f None)
         states = g.new_empty(B, T, S)
-        U = g.new_empty(B, T, 4 * H)
+        U = g.new_empty(B, T, K * H)
         s = s0
         with torch.no_grad():
             for t in range(T):
                 c, h = s[:, :H], s[:, H:]
-                u4 = torch.mm(h, Wt)
-                U[:, t] = u4
-                ui, uf, ug, uo = u4.chunk(4, -1)
+                uk = torch.mm(h, Wt)
+                U[:, t] = uk
+                ui, ug, uo = uk[:, :H], uk[:, (K - 2) * H:(K - 1) * H], uk[:, (K - 1) * H:]
                 u = f[:, t] * c + a_i[:, t] * ui + a_g[:, t] * ug
                 if a_f is not None:
-                    u.addcmul_(a_f[:, t], uf)
+                    u.addcmul_(a_f[:, t], uk[:, H:2 * H])
                 new = torch.cat([u + g[:, t, :H], k[:, t] * u + a_o[:, t] * uo + g[:, t, H:]], -1)
                 if mask is not None:
                     new = torch.where(mask[:, t, None], new, s)
@@ -171,25 +172,28 @@ class _LSTMBlockScan(torch.autograd.Function):
         mask = ctx.mask
         B, T, S = g.shape
         H = S // 2
-        zero = torch.zeros(B, H, dtype=g.dtype, device=g.device)
+        K = W.shape[0] // H
+
+        def gate_grads(du, dh, t):
+            """dL/dU from du = dL/du and dh, in U's block order (i, [f,] g, o)."""
+            sl = (slice(None), t) if t is not None else (Ellipsis,)
+            parts = [du * a_i[sl]] + ([du * a_f[sl]] if a_f is not None else []) + [du * a_g[sl], dh * a_o[sl]]
+            return torch.cat(parts, -1)
 
         def back(t, din):
             dc, dh = din[:, :H], din[:, H:]
             du = dc + k[:, t] * dh
-            dU = torch.cat([du * a_i[:, t], du * a_f[:, t] if a_f is not None else zero,
-                            du * a_g[:, t], dh * a_o[:, t]], -1)
-            return torch.cat([du * f[:, t], torch.mm(dU, W)], -1)
+            return torch.cat([du * f[:, t], torch.mm(gate_grads(du, dh, t), W)], -1)
 
         d_in, delta = _reverse_scan(dstates, mask, s0, back)
         prev = torch.cat([s0[:, None], states[:, :-1]], 1)
         c_prev, h_prev = prev[..., :H], prev[..., H:]
-        ui, uf, ug, uo = U.chunk(4, -1)
+        ui, ug, uo = U[..., :H], U[..., (K - 2) * H:(K - 1) * H], U[..., (K - 1) * H:]
+        uf = U[..., H:2 * H] if a_f is not None else None
         dc, dh = d_in[..., :H], d_in[..., H:]
         u = f * c_prev + a_i * ui + a_g * ug + (a_f * uf if a_f is not None else 0)
         du = dc + k * dh
-        dU = torch.cat([du * a_i, du * a_f if a_f is not None else torch.zeros_like(du),
-                        du * a_g, dh * a_o], -1)
-        dW = torch.matmul(dU.reshape(B * T, 4 * H).t(), h_prev.reshape(B * T, H))
+        dW = torch.matmul(gate_grads(du, dh, None).reshape(B * T, K * H).t(), h_prev.reshape(B * T, H))
         return (d_in, dW, du * c_prev, du * ui, du * ug, dh * uo, dh * u,
                 du * uf if a_f is not None else None, delta, None)
 
@@ -197,5 +201,9 @@ class _LSTMBlockScan(torch.autograd.Function):
 def lstm_block_scan(view, s0: torch.Tensor, mask: torch.Tensor | None = None):
     """Fused fast path for an LSTMView: -> (states[B,T,2H], final[B,2H])."""
     g = view.g if mask is None else view.g * mask[..., None].to(view.g.dtype)
-    states = _LSTMBlockScan.apply(g, view.W, view.f, view.a_i, view.a_g, view.a_o, view.k, view.a_f, s0, mask)
+    W = view.W
+    if view.a_f is None:        # W_hf multiplies nothing: a [B,H] x [H,3H] product per step, not 4H
+        H = W.shape[1]
+        W = torch.cat([W[:H], W[2 * H:]])
+    states = _LSTMBlockScan.apply(g, W, view.f, view.a_i, view.a_g, view.a_o, view.k, view.a_f, s0, mask)
     return states, states[:, -1]
