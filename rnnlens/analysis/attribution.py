@@ -1,0 +1,409 @@
+"""N-gram attribution of any recurrent classifier, in the style of captum.
+
+    attr = NGramAttribution(model).attribute(tokens, target=1)
+    attr.ngrams[b, d, end, start]    # contribution of one n-gram to the target output
+    attr.tokens[b, t]                # per token: the n-grams that start at t, summed
+
+`model` is an rnnlens RNNModel or any nn.Module whose forward runs one torch.nn.RNN, GRU or
+LSTM (multi-layer and bidirectional included) and returns scores [B, C] or [B]. The first
+recurrent layer is decomposed (implicit-ngrams paper, eq. 10-14); everything after it is
+read through the gradient of the target output with respect to that layer's states:
+
+    f = offset + sum_{n-grams} contribution + remainder
+    contribution(i..t, direction d) = w_{d,t} . v_{d,i:t},   w_{d,t} = df/dh_{d,t}
+    offset    = f - sum_t w_t . h_t    (the bias, plus whatever the layers above are
+                                        not linear in; zero-free for a linear head)
+    remainder = sum_t w_t . (h_t - sum_i v_{i:t})   (the first-order error of the first
+                                        layer's view; zero for exact cells such as MVMA)
+
+For a linear head on the final state, w is the head's row at the last position and zero
+elsewhere, so the contributions are the paper's scores s_{i:T} = w^T v_{i:T} of the
+n-grams ending at the last token; with mean pooling every position has w/T.
+
+`tokens[b, i]` gives each n-gram's contribution to the token it starts at: v_{i:t} is what
+remains of that token's input term g(x_i) after the tokens up to t act on it, so the token
+attributions sum to the n-gram total (captum's completeness, with offset and remainder
+reported beside it). `shared()` gives the alternative that splits each n-gram evenly over
+its tokens.
+
+Backward directions read right to left: their n-grams are stored at [end, start] in
+reading-order positions of the original sequence, so end <= start there.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..cells.base import LinearView
+from ..cells.classic import CLASSIC
+from ..errors import RnnlensError
+
+TORCH_RNNS = {nn.RNN: "elman", nn.GRU: "gru", nn.LSTM: "lstm"}
+
+
+# --- the decomposition against per-position readouts ---------------------------------------
+def ngram_contributions(view: LinearView, w: torch.Tensor) -> torch.Tensor:
+    """w[B,T,C,H]: a readout per position on the view's output coordinates.
+    Returns c[B, T(end t), T(start i), C] = w_t . v_{i:t} (zero for i > t and at pads).
+
+    Ends whose readout is zero are skipped: with only the last position read (final
+    pooling) this is the reverse recursion r <- r A(x_k) per end, O(T S^2 C); otherwise the
+    forward recursion over all n-grams, O(T^2 S^2)."""
+    B, T, S = view.g.shape
+    C = w.shape[2]
+    W = w.new_zeros(B, T, C, S).to(view.g.dtype)
+    W[..., view.readout] = w.to(view.g.dtype)
+    out = view.g.new_zeros(B, T, T, C)
+    ends = [t for t in range(T) if bool(W[:, t].ne(0).any())]
+    if len(ends) * 4 <= T:                     # few ends read: reverse recursion per end
+        for t in ends:
+            R = W[:, t]                                           # [B,C,S]
+            for i in range(t, -1, -1):
+                out[:, t, i] = torch.einsum("bcs,bs->bc", R, view.g[:, i])
+                if i:
+                    R = view.rapply(i, R)
+    else:
+        V = view.g[:, :0]
+        for t in range(T):
+            V = torch.cat([view.apply(t, V), view.g[:, t, None]], 1) if t else view.g[:, :1]
+            out[:, t, : t + 1] = torch.einsum("bis,bcs->bic", V, W[:, t])
+    if view.mask is not None:
+        m = view.mask
+        tri = torch.ones(T, T, dtype=torch.bool, device=m.device).tril()
+        out = out * (tri[None] & m[:, :, None] & m[:, None, :])[..., None].to(out.dtype)
+    return out
+
+
+# --- results ---------------------------------------------------------------------------------
+@dataclass
+class NGramAttributions:
+    """ngrams:    [B, D, T(end), T(start)] contribution of each n-gram (D directions)
+    tokens:    [B, T] per-token attribution (n-grams summed at the token they start at)
+    output:    [B] the model's target output f
+    offset:    [B] f - sum_t w_t . h_t
+    remainder: [B] first-order error of the first layer's view (0 for exact cells)
+    mask:      [B, T] bool, real tokens
+    exact:     the first layer's view is exact
+    words:     the tokens as text, when the model has a vocabulary or text was given
+    """
+
+    ngrams: torch.Tensor
+    tokens: torch.Tensor
+    output: torch.Tensor
+    offset: torch.Tensor
+    remainder: torch.Tensor
+    mask: torch.Tensor
+    exact: bool
+    words: list[list[str]] | None = None
+    directions: int = field(init=False)
+
+    def __post_init__(self):
+        self.directions = self.ngrams.shape[1]
+
+    @property
+    def total(self) -> torch.Tensor:
+        """[B] sum of all n-gram contributions."""
+        return self.ngrams.sum((1, 2, 3))
+
+    def shared(self) -> torch.Tensor:
+        """[B, T] each n-gram's contribution split evenly over the tokens it spans."""
+        B, D, T, _ = self.ngrams.shape
+        pos = torch.arange(T, device=self.ngrams.device)
+        end, start = pos[:, None], pos[None, :]
+        lo, hi = torch.minimum(end, start), torch.maximum(end, start)
+        per = self.ngrams / (hi - lo + 1).to(self.ngrams.dtype)                 # [B,D,T,T]
+        covers = (pos[:, None, None] >= lo) & (pos[:, None, None] <= hi)        # [k,end,start]
+        return torch.einsum("bdes,kes->bk", per, covers.to(per.dtype))
+
+    def top(self, k: int = 10, b: int = 0) -> list[dict]:
+        """The k n-grams of row b with the largest |contribution|."""
+        flat = self.ngrams[b].reshape(-1)
+        order = flat.abs().argsort(descending=True)[:k]
+        T = self.ngrams.shape[-1]
+        out = []
+        for idx in order.tolist():
+            if flat[idx] == 0:
+                break
+            d, rest = divmod(idx, T * T)
+            end, start = divmod(rest, T)
+            lo, hi = min(start, end), max(start, end)
+            text = " ".join(self.words[b][lo: hi + 1]) if self.words else None
+            out.append({"direction": "backward" if d else "forward", "start": start, "end": end,
+                        "text": text, "score": float(flat[idx])})
+        return out
+
+
+# --- capturing the first layer ---------------------------------------------------------------
+@dataclass
+class _Captured:
+    cell: nn.Module          # an rnnlens cell with the layer's weights
+    x: torch.Tensor          # [B,T,E] its input, in its reading order
+    mask: torch.Tensor | None
+    out: torch.Tensor        # [B,T,H] its output (in the autograd graph)
+    reverse: bool
+    lengths: torch.Tensor | None
+
+
+def _cell_from_layer(rnn: nn.Module, suffix: str) -> nn.Module:
+    kind = TORCH_RNNS[type(rnn)]
+    kwargs = {"nonlinearity": rnn.nonlinearity} if kind == "elman" else {}
+    cell = CLASSIC[kind](rnn.input_size, rnn.hidden_size, **kwargs)
+    w = getattr(rnn, "weight_ih" + suffix)
+    cell.to(device=w.device, dtype=w.dtype)
+    # The copy shares nothing with the module: the attribution needs no parameter gradients.
+    with torch.no_grad():
+        cell.weight_ih.copy_(w)
+        cell.weight_hh.copy_(getattr(rnn, "weight_hh" + suffix))
+        if rnn.bias:
+            cell.bias_ih.copy_(getattr(rnn, "bias_ih" + suffix))
+            cell.bias_hh.copy_(getattr(rnn, "bias_hh" + suffix))
+        else:
+            cell.bias_ih.zero_()
+            cell.bias_hh.zero_()
+    cell.eval()
+    return cell
+
+
+class _SplitRNN(nn.Module):
+    """Stands in for a torch.nn.RNN/GRU/LSTM during attribution: layer 0 runs as rnnlens
+    cells (so its states can be read and decomposed), the layers above as a torch module
+    holding the original parameters. Same outputs and final states as the original."""
+
+    def __init__(self, rnn: nn.Module, record: list):
+        super().__init__()
+        if getattr(rnn, "proj_size", 0):
+            raise RnnlensError("NGramAttribution does not take an LSTM with proj_size > 0")
+        self.rnn, self.record = rnn, record
+        self.dirs = 2 if rnn.bidirectional else 1
+        self.cells = [_cell_from_layer(rnn, "_l0" + ("_reverse" if d else "")) for d in range(self.dirs)]
+        self.rest = None
+        if rnn.num_layers > 1:
+            rest = type(rnn)(rnn.hidden_size * self.dirs, rnn.hidden_size, num_layers=rnn.num_layers - 1,
+                             bias=rnn.bias, batch_first=True, bidirectional=rnn.bidirectional,
+                             **({"nonlinearity": rnn.nonlinearity} if isinstance(rnn, nn.RNN) else {}))
+            rest.to(device=rnn.weight_ih_l0.device, dtype=rnn.weight_ih_l0.dtype)
+            for name in rest._flat_weights_names:
+                layer = int(name.split("_l")[1].split("_")[0])
+                setattr(rest, name, getattr(rnn, name.replace(f"_l{layer}", f"_l{layer + 1}", 1)))
+            rest.eval()
+            self.rest = rest
+
+    def __getattr__(self, name):
+        # the user's forward may read the module's settings (hidden_size, bidirectional, ...)
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["rnn"], name)
+
+    def forward(self, input, hx=None):
+        if isinstance(input, nn.utils.rnn.PackedSequence):
+            raise RnnlensError("NGramAttribution takes padded tensors, not a PackedSequence: "
+                               "attribute one sentence (or equal-length sentences) at a time")
+        if hx is not None:
+            hs = hx if isinstance(hx, tuple) else (hx,)
+            if any(bool(h.ne(0).any()) for h in hs):
+                raise RnnlensError("NGramAttribution explains recurrences from a zero initial state; "
+                                   "the model passed a non-zero hx")
+        rnn = self.rnn
+        x = input if rnn.batch_first else input.transpose(0, 1)
+        unbatched = x.dim() == 2
+        if unbatched:
+            x = x[None]
+        outs, finals = [], []
+        for d, cell in enumerate(self.cells):
+            xd = x.flip(1) if d else x
+            out, fin = cell(xd)
+            self.record.append(_Captured(cell, xd.detach(), None, out, bool(d), None))
+            outs.append(out.flip(1) if d else out)
+            finals.append(fin)
+        y = torch.cat(outs, -1) if self.dirs > 1 else outs[0]
+        H = rnn.hidden_size
+        h_n = [o[:, -1] for o in (outs[0],) + ((outs[1].flip(1),) if self.dirs > 1 else ())]
+        c_n = [f[:, :H] for f in finals] if isinstance(rnn, nn.LSTM) else None
+        if self.rest is not None:
+            y, rest_state = self.rest(y)
+            if isinstance(rnn, nn.LSTM):
+                h_n += list(rest_state[0].unbind(0))
+                c_n += list(rest_state[1].unbind(0))
+            else:
+                h_n += list(rest_state.unbind(0))
+        h_n = torch.stack(h_n, 0)
+        state = (h_n, torch.stack(c_n, 0)) if c_n is not None else h_n
+        if unbatched:
+            y = y[0]
+            state = tuple(s[:, 0] for s in state) if isinstance(state, tuple) else state[:, 0]
+        elif not rnn.batch_first:
+            y = y.transpose(0, 1)
+        return y, state
+
+
+def _find_rnn(model: nn.Module) -> tuple[nn.Module, str, nn.Module]:
+    found = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+             if type(child) in TORCH_RNNS]
+    if isinstance(model, tuple(TORCH_RNNS)):
+        raise RnnlensError("NGramAttribution needs the whole model (RNN plus the layers that score its "
+                           "states), not the recurrent module alone")
+    if not found:
+        raise RnnlensError("no torch.nn.RNN, GRU or LSTM found in the model")
+    if len(found) > 1:
+        raise RnnlensError(f"the model holds {len(found)} recurrent modules; pass rnn= to choose one")
+    return found[0]
+
+
+@contextlib.contextmanager
+def _eval(model: nn.Module):
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
+
+
+class NGramAttribution:
+    """n-gram attributions of a recurrent model's target output (see the module docstring).
+
+    model: an rnnlens RNNModel, or an nn.Module that runs one torch.nn.RNN/GRU/LSTM and
+           returns scores [B,C] (or [B] / [B,1] for a single score).
+    rnn:   the recurrent module to decompose, when the model holds several.
+    vocab: an rnnlens Vocab (taken from the model when it has one), for the n-grams as text.
+    """
+
+    def __init__(self, model: nn.Module, rnn: nn.Module | None = None, vocab=None):
+        self.model = model
+        self.vocab = vocab
+        self.native = hasattr(model, "encoder") and hasattr(model.encoder, "cells")
+        if self.native:
+            if not hasattr(model.encoder, "directions"):
+                raise RnnlensError("NGramAttribution explains recurrent encoders, not the transformer baseline")
+            self.rnn = None
+        elif rnn is not None:
+            if type(rnn) not in TORCH_RNNS:
+                raise RnnlensError(f"rnn must be a torch.nn.RNN, GRU or LSTM, not {type(rnn).__name__}")
+            parents = [(p, n) for p in model.modules() for n, c in p.named_children() if c is rnn]
+            if not parents:
+                raise RnnlensError("rnn is not a submodule of the model")
+            self.parent, self.name = parents[0]
+            self.rnn = rnn
+        else:
+            self.parent, self.name, self.rnn = _find_rnn(model)
+
+    # ---------------------------------------------------------------------------------------
+    def _forward_native(self, inputs, record):
+        from ..data.batching import Batch
+
+        model = self.model
+        if isinstance(inputs, Batch):
+            batch = inputs
+        else:
+            tokens = torch.as_tensor(inputs)
+            if tokens.dim() == 1:
+                tokens = tokens[None]
+            mask = tokens.ne(0)
+            batch = Batch(tokens, mask, mask.sum(1))
+        enc = model.encoder
+        lengths = batch.mask.sum(1)
+        hooks = []
+        for d in range(enc.directions):
+            def hook(module, args, output, d=d):
+                x, mask = args[0], args[1] if len(args) > 1 else None
+                record.append(_Captured(module, x.detach(), mask, output[0], bool(d), lengths))
+            hooks.append(enc.cells[d].register_forward_hook(hook))
+        try:
+            out = model(batch)
+        finally:
+            for h in hooks:
+                h.remove()
+        return out, batch.tokens, batch.mask
+
+    def _forward_torch(self, inputs, additional_forward_args, record):
+        split = _SplitRNN(self.rnn, record)
+        setattr(self.parent, self.name, split)
+        try:
+            args = inputs if isinstance(inputs, tuple) else (inputs,)
+            out = self.model(*args, *(additional_forward_args or ()))
+        finally:
+            setattr(self.parent, self.name, self.rnn)
+        tokens = args[0] if torch.is_tensor(args[0]) and not args[0].is_floating_point() else None
+        T = record[0].x.shape[1]
+        B = record[0].x.shape[0]
+        mask = torch.ones(B, T, dtype=torch.bool, device=record[0].x.device)
+        return out, tokens, mask
+
+    @staticmethod
+    def _select(out: torch.Tensor, target) -> torch.Tensor:
+        if isinstance(out, tuple):
+            out = out[0]
+        if out.dim() == 2 and out.shape[1] == 1:
+            out = out[:, 0]
+        if out.dim() == 1:
+            if target not in (None, 0):
+                raise RnnlensError(f"the model gives one score per row; target must be None or 0, not {target}")
+            return out
+        if out.dim() != 2:
+            raise RnnlensError(f"the model's output has shape {tuple(out.shape)}; expected [B, C] or [B]")
+        if target is None:
+            target = out.argmax(1)
+        target = torch.as_tensor(target, device=out.device).long()
+        if target.dim() == 0:
+            target = target.expand(out.shape[0])
+        if bool((target < 0).any()) or bool((target >= out.shape[1]).any()):
+            raise RnnlensError(f"target out of range for {out.shape[1]} outputs")
+        return out.gather(1, target[:, None])[:, 0]
+
+    def attribute(self, inputs, target=None, additional_forward_args=None) -> NGramAttributions:
+        """inputs: token ids [B,T] (or an rnnlens Batch) for an RNNModel; for a plain module,
+        whatever its forward takes first (a tuple for several), with additional_forward_args
+        after it. target: class index (int or [B]) or None for the predicted class; ignored
+        for single-score models. Returns NGramAttributions on the model's device."""
+        record: list[_Captured] = []
+        with _eval(self.model), torch.enable_grad():
+            if self.native:
+                out, tokens, mask = self._forward_native(inputs, record)
+            else:
+                out, tokens, mask = self._forward_torch(inputs, additional_forward_args, record)
+            if not record:
+                raise RnnlensError("the model's forward did not run its recurrent layer")
+            f = self._select(out, target)
+            grads = torch.autograd.grad(f.sum(), [r.out for r in record], allow_unused=True)
+        f = f.detach()
+        B, T = mask.shape
+        D = len(record)
+        ngrams = f.new_zeros(B, D, T, T)
+        linear = f.new_zeros(B)
+        explained = f.new_zeros(B)
+        exact = True
+        with torch.no_grad():
+            for d, (rec, w) in enumerate(zip(record, grads)):
+                if w is None:
+                    continue
+                view = rec.cell.linear_view(rec.x, rec.mask)
+                exact = exact and view.exact
+                c = ngram_contributions(view, w[:, :, None, :])[..., 0].to(f.dtype)    # [B,T,T]
+                linear += (w * rec.out.detach()).sum((1, 2)).to(f.dtype)
+                explained += c.sum((1, 2))
+                if rec.reverse:
+                    c = _to_reading_order(c, mask.sum(1))
+                ngrams[:, d] = c
+        tokens_attr = ngrams.sum((1, 2))                                                # by start
+        words = None
+        vocab = self.vocab
+        if tokens is not None and vocab is not None:
+            words = [[vocab.itos[i] for i in row[: int(m.sum())].tolist()] for row, m in zip(tokens, mask)]
+        return NGramAttributions(ngrams=ngrams, tokens=tokens_attr, output=f, offset=f - linear,
+                                 remainder=linear - explained, mask=mask, exact=exact, words=words)
+
+
+def _to_reading_order(c: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """c[B,T,T] indexed by positions of the reversed sequence -> original positions."""
+    B, T, _ = c.shape
+    pos = torch.arange(T, device=c.device)[None].expand(B, T)
+    L = lengths.to(c.device)[:, None]
+    orig = torch.where(pos < L, L - 1 - pos, pos)                        # reversed index -> original
+    out = torch.zeros_like(c)
+    bi = torch.arange(B, device=c.device)[:, None, None]
+    out[bi, orig[:, :, None], orig[:, None, :]] = c
+    return out
