@@ -4,6 +4,7 @@ import torch
 
 from conftest import max_diff
 from rnnlens.cells import CELLS
+from rnnlens.cells.base import LinearView
 from test_cells import E, make, padded_batch
 
 
@@ -43,6 +44,8 @@ def test_structured_products_equal_the_dense_matrix(name):
     V = torch.randn(4, 3, S, dtype=torch.float64)
     for t in range(6):
         A = view.matrix(t)
+        # a view's own dense build (StructuredView, LSTMView) == A applied to the identity
+        assert max_diff(A, LinearView.matrix(view, t)) < 1e-12
         assert max_diff(view.apply(t, V), V @ A.transpose(1, 2)) < 1e-12
         assert max_diff(view.rapply(t, V), V @ A) < 1e-12
         # Pad positions: A = I and g = 0.

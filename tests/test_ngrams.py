@@ -121,3 +121,32 @@ def test_first_order_remainder_falls_at_least_linearly(name):
     assert rel[0] > 1e-4                     # the view is not exact at full size
     for big, small in zip(rel, rel[1:]):
         assert small <= big / 2 * 1.05       # halving s at least halves the error
+
+
+@pytest.mark.parametrize("name", ["gru", "lstm", "mvma-g", "elman"])
+def test_fast_scores_equal_reference_and_streamed_top_k(name):
+    from rnnlens.analysis.ngrams import ngram_scores_ref, top_ngrams
+
+    torch.manual_seed(0)
+    cell = make(name)
+    x, mask, _ = padded_batch()
+    with torch.no_grad():
+        view = cell.linear_view(x, mask)
+    w = torch.randn(2, cell.hidden_size, dtype=x.dtype)
+    fast, ref = ngram_scores(view, w), ngram_scores_ref(view, w)
+    print(name, "max |fast - ref| =", max_diff(fast, ref))
+    assert max_diff(fast, ref) < 1e-12
+    for row in range(x.shape[0]):
+        s = ref[row, :, :, 0]
+        valid = torch.ones_like(s, dtype=torch.bool).tril()
+        if mask is not None:
+            valid &= mask[row][:, None] & mask[row][None, :]
+        for max_n in (None, 2):
+            keep = valid.clone()
+            if max_n:
+                t, i = torch.meshgrid(torch.arange(s.shape[0]), torch.arange(s.shape[1]), indexing="ij")
+                keep &= (t - i) < max_n
+            want = sorted(((float(s[t, i]), i, t) for t, i in keep.nonzero().tolist()), key=lambda r: -abs(r[0]))[:5]
+            got = top_ngrams(view, w[0], k=5, max_n=max_n, row=row)
+            assert [(i, t) for _, i, t in got] == [(i, t) for _, i, t in want]
+            assert max(abs(a[0] - b[0]) for a, b in zip(got, want)) < 1e-12

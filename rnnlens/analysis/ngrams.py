@@ -63,8 +63,40 @@ def ngram_scores(view: LinearView, w: torch.Tensor) -> torch.Tensor:
     """Scores s_{i:t} = w^T v_{i:t} of every n-gram: [B, T(end), T(start), C], zero where
     i > t or at pad positions.
 
-    Same recursion as ngram_vectors but keeps only the scores: O(T S) vector memory.
+    Same recursion as ngram_vectors but keeps only the scores: O(T S) vector memory. The
+    n-gram vectors live in one preallocated [B,T,S] buffer updated in place (no per-step
+    concatenation), and all scores are read from the buffer in one product per step.
+    `ngram_scores_ref` is the plain version.
     """
+    W = _readout_rows(view, w)
+    B, T, S = view.g.shape
+    out = view.g.new_zeros(B, T, T, W.shape[0])
+    V = view.g.new_empty(B, T, S)
+    Wt = W.T.contiguous()
+    dense = _cheap_dense(view)
+    for t in range(T):
+        if t:
+            if dense and t > S // 8:
+                # many vectors: build A(x_t) once (O(K S^2)) and apply it as one GEMM,
+                # S^2 per vector instead of the structured product's K S^2
+                V[:, :t] = V[:, :t] @ view.matrix(t).transpose(1, 2)
+            else:
+                V[:, :t] = view.apply(t, V[:, :t])
+        V[:, t] = view.g[:, t]
+        out[:, t, : t + 1] = V[:, : t + 1] @ Wt
+    return _zero_invalid(view, out)
+
+
+def _cheap_dense(view: LinearView) -> bool:
+    from ..cells.base import DenseView, StructuredView
+
+    # (the LSTM's block form costs as much per vector as its dense [2H,2H] matrix: no gain)
+    return isinstance(view, DenseView) or (isinstance(view, StructuredView) and view.K > 1)
+
+
+def ngram_scores_ref(view: LinearView, w: torch.Tensor) -> torch.Tensor:
+    """Reference for ngram_scores, the straightforward batched recursion: A(x_t) applied to
+    the matrix of all n-grams ending at t-1, the new unigram appended, scores read."""
     W = _readout_rows(view, w)
     B, T, S = view.g.shape
     out = view.g.new_zeros(B, T, T, W.shape[0])
@@ -73,6 +105,53 @@ def ngram_scores(view: LinearView, w: torch.Tensor) -> torch.Tensor:
         V = torch.cat([view.apply(t, V), view.g[:, t, None]], 1) if t else view.g[:, :1]
         out[:, t, : t + 1] = V @ W.T
     return _zero_invalid(view, out)
+
+
+def top_ngrams(view: LinearView, w: torch.Tensor, k: int = 20, max_n: int | None = 8,
+               row: int = 0) -> list[tuple[float, int, int]]:
+    """The k n-grams of sequence `row` with the largest |s_{i:t}|, streamed: the recursion
+    keeps only the n-grams of at most max_n tokens that end at the current position
+    ([max_n, S] memory, or [T, S] when max_n is None) and a running top-k, so documents of
+    any length fit. w[H] (one output row). Returns [(score, start i, end t)], largest
+    |score| first. O(T max_n S^2) time."""
+    W = _readout_rows(view, w)[0]                                   # [S]
+    g = view.g[row: row + 1]
+    T = g.shape[1]
+    mask = view.mask[row] if view.mask is not None else None
+    n = T if max_n is None else max(1, max_n)
+    best_s = g.new_empty(0)
+    best_i = torch.empty(0, dtype=torch.long, device=g.device)
+    best_t = torch.empty(0, dtype=torch.long, device=g.device)
+    V = g[:, :0]
+    first = 0                                                       # start of V's first row
+    for t in range(T):
+        if mask is not None and not bool(mask[t]):
+            continue
+        if V.shape[1]:
+            V = _apply_row(view, row, t, V)
+        V = torch.cat([V, g[:, t, None]], 1)
+        if V.shape[1] > n:
+            V, first = V[:, 1:], first + 1
+        sc = V[0] @ W
+        starts = torch.arange(first, first + V.shape[1], device=g.device)
+        if mask is not None:
+            keep = mask[starts]
+            sc, starts = sc[keep], starts[keep]
+        best_s = torch.cat([best_s, sc])
+        best_i = torch.cat([best_i, starts])
+        best_t = torch.cat([best_t, torch.full_like(starts, t)])
+        if best_s.numel() > 4 * k:
+            top = best_s.abs().topk(k).indices
+            best_s, best_i, best_t = best_s[top], best_i[top], best_t[top]
+    order = best_s.abs().argsort(descending=True)[:k]
+    return [(float(best_s[j]), int(best_i[j]), int(best_t[j])) for j in order]
+
+
+def _apply_row(view: LinearView, row: int, t: int, V: torch.Tensor) -> torch.Tensor:
+    """A(x_t) of sequence `row` applied to V[1,K,S]."""
+    if view.g.shape[0] == 1:
+        return view.apply(t, V)
+    return view.apply(t, V.expand(view.g.shape[0], *V.shape[1:]))[row: row + 1]
 
 
 def _zero_invalid(view: LinearView, x: torch.Tensor) -> torch.Tensor:
@@ -91,12 +170,12 @@ def scores_ending_at(view: LinearView, w: torch.Tensor, t: int) -> torch.Tensor:
     W = _readout_rows(view, w)
     B = view.g.shape[0]
     R = W.expand(B, *W.shape)                               # [B,C,S]
-    out = []
-    for i in range(t, -1, -1):
-        out.append(torch.einsum("bcs,bs->bc", R, view.g[:, i]))
-        if i:
-            R = view.rapply(i, R)
-    out = torch.stack(out[::-1], 1)
+    rows = [R]
+    for i in range(t, 0, -1):
+        R = view.rapply(i, R)
+        rows.append(R)
+    rows = torch.stack(rows[::-1], 1)                       # [B, t+1, C, S]: r_i for every start i
+    out = torch.einsum("bics,bis->bic", rows, view.g[:, : t + 1])
     if view.mask is not None:
         out = out * valid_pairs(view)[:, t, : t + 1, None].to(out.dtype)
     return out

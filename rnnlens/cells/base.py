@@ -126,6 +126,18 @@ class StructuredView(LinearView):
             out = out + self.diag[:, t, None, :] * V
         return out
 
+    def matrix(self, t: int) -> torch.Tensor:
+        """A(x_t) dense [B,S,S] built directly: K row-scaled copies of W plus the diagonal,
+        O(K S^2) (the generic LinearView.matrix applies A to the identity, O(K S^3))."""
+        B, _, H = self.g.shape
+        A = (self.coef[:, t].view(B, self.K, H, 1) * self.W.view(self.K, H, H)).sum(1)
+        if self.diag is not None:
+            A = A + torch.diag_embed(self.diag[:, t])
+        if self.mask is not None:
+            eye = torch.eye(H, dtype=A.dtype, device=A.device)
+            A = torch.where(self.mask[:, t, None, None], A, eye)
+        return A
+
     def _rapply(self, t, R):
         B, Kv, H = R.shape
         a = self.coef[:, t].view(B, 1, self.K, H)

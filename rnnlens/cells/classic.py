@@ -194,11 +194,33 @@ class LSTMView(LinearView):
 
     def _apply(self, t, V):
         vc, vh = V.split(self.H, -1)
-        ui, uf, ug, uo = (vh @ self.W.T).chunk(4, -1)
+        if self.a_f is None:        # W_hf multiplies nothing: 3 of the 4 blocks
+            if getattr(self, "_W3t", None) is None:
+                H = self.H
+                self._W3t = torch.cat([self.W[:H], self.W[2 * H:]]).T.contiguous()
+            ui, ug, uo = (vh @ self._W3t).chunk(3, -1)
+        else:
+            ui, uf, ug, uo = (vh @ self.W.T).chunk(4, -1)
         u = self.f[:, t, None] * vc + self.a_i[:, t, None] * ui + self.a_g[:, t, None] * ug
         if self.a_f is not None:
             u = u + self.a_f[:, t, None] * uf
         return torch.cat([u, self.k[:, t, None] * u + self.a_o[:, t, None] * uo], -1)
+
+    def matrix(self, t: int) -> torch.Tensor:
+        """A(x_t) dense [B,2H,2H] from the block form, O(H^2) to build."""
+        H = self.H
+        Wi, Wf, Wg, Wo = self.W.view(4, H, H)
+        col = lambda v: v[:, t, :, None]                                   # noqa: E731
+        D = col(self.a_i) * Wi + col(self.a_g) * Wg
+        if self.a_f is not None:
+            D = D + col(self.a_f) * Wf
+        Bm = torch.diag_embed(self.f[:, t])
+        A = torch.cat([torch.cat([Bm, D], 2),
+                       torch.cat([col(self.k) * Bm, col(self.k) * D + col(self.a_o) * Wo], 2)], 1)
+        if self.mask is not None:
+            eye = torch.eye(2 * H, dtype=A.dtype, device=A.device)
+            A = torch.where(self.mask[:, t, None, None], A, eye)
+        return A
 
     def _rapply(self, t, R):
         rc, rh = R.split(self.H, -1)
