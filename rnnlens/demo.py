@@ -98,9 +98,9 @@ def _report_html(result: dict, rows, folder: Path) -> str:
             table1.append([group, FORM_NAMES[form], r.score_cell(s["mean"]), f"{s['std']:.2f}"])
     per_adj = [[a.word, a.polarity, r.score_cell(a.token), r.score_cell(a.negation),
                 r.score_cell(a.double_negation),
-                f'<td class="{"ok" if a.negation_flips else "bad"}">{"yes" if a.negation_flips else "no"}</td>',
-                f'<td class="{"ok" if a.double_negation_restores else "bad"}">'
-                f'{"yes" if a.double_negation_restores else "no"}</td>'] for a in rows]
+                r.cell("yes" if a.negation_flips else "no", "ok" if a.negation_flips else "bad"),
+                r.cell("yes" if a.double_negation_restores else "no",
+                       "ok" if a.double_negation_restores else "bad")] for a in rows]
     n = len(rows)
     test = result["test"] or {}
     m = result["model"]

@@ -86,3 +86,191 @@ def polarity_boxes(groups: dict[str, Sequence[float]], path: str | Path, title: 
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
+
+
+def negation_boxes(groups: dict[str, dict[str, Sequence[float]]], path: str | Path, title: str = "") -> Path:
+    """Box plots of polarity scores of adjectives and their negation / intensification
+    phrases (implicit-ngrams Figures 2-5): one panel per adjective group (positive left,
+    negative right, as Figure 3), one box per form, on a shared score axis.
+    groups: polarity -> form -> scores (analysis.negation.score_groups); empty forms are
+    left out. Boxes show quartiles and median, whiskers 1.5 IQR, circles outliers."""
+    plt = _plt()
+    panels = [(pol, {f: list(v) for f, v in forms.items() if len(v)}) for pol, forms in groups.items()]
+    panels = [(pol, forms) for pol, forms in panels if forms] or [("no adjectives", {})]
+    width = max(len(forms) for _, forms in panels) or 1
+    fig, axes = plt.subplots(1, len(panels), figsize=(1.1 * width * len(panels) + 2.5, 4.2),
+                             sharey=True, squeeze=False)
+    for ax, (pol, forms) in zip(axes[0], panels):
+        colour = NEG if pol == "negative" else POS
+        names = list(forms)
+        if names:
+            box = ax.boxplot([forms[n] for n in names], patch_artist=True,
+                             flierprops={"marker": "o", "markerfacecolor": "none", "markersize": 4})
+            for patch in box["boxes"]:
+                patch.set_facecolor(colour)
+                patch.set_alpha(0.35)
+            for med in box["medians"]:
+                med.set_color("black")
+            ax.set_xticks(range(1, len(names) + 1), [n.replace("X", "adj") for n in names],
+                          rotation=20, ha="right")
+        n = max((len(v) for v in forms.values()), default=0)
+        ax.set_title(f"{pol} adjectives ({n})" if names else pol, fontsize=9)
+        ax.axhline(0, color="black", lw=0.8)
+    axes[0][0].set_ylabel("polarity score")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+# --- the model report (rnnlens report) ------------------------------------------------------
+
+def _bars_on(ax, labels: Sequence[str], scores: Sequence[float], lim: float, xlabel: str) -> None:
+    """The bars of ngram_bars drawn on one axis, with a given symmetric x range."""
+    scores = np.asarray(scores, dtype=float)
+    y = np.arange(len(labels))
+    ax.barh(y, scores, color=[POS if s >= 0 else NEG for s in scores])
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_xlabel(xlabel)
+    for yi, s in zip(y, scores):
+        ax.annotate(f"{s:+.2f}", (s, yi), xytext=(4 if s >= 0 else -4, 0), textcoords="offset points",
+                    ha="left" if s >= 0 else "right", va="center", fontsize=8)
+    ax.set_xlim(-lim, lim)
+
+
+def _short(label: str, width: int = 44) -> str:
+    """A long n-gram label with its middle elided, so the bars keep their room."""
+    if len(label) <= width:
+        return label
+    half = (width - 3) // 2
+    return label[:half] + " … " + label[-half:]
+
+
+def ngram_bars_both(tokens: Sequence[str], forward: Sequence[float], backward: Sequence[float],
+                    path: str | Path, forward_end: int | None = None, backward_end: int = 0,
+                    title: str = "", xlabel: str = "contribution") -> Path:
+    """The bars of every n-gram ending at a token, in both directions of a bidirectional
+    model (sequence-level paper, Figures 2 and 4, one panel per direction).
+
+    forward[i]:  score of x_i..x_te read left to right, for i <= te = forward_end (default
+                 the last token); entries past te are ignored.
+    backward[j]: score of x_tb..x_j read right to left (it ends at x_tb = backward_end), for
+                 j >= tb; entries before tb are ignored.
+    A final-state summary reads the forward direction at the last token and the backward one
+    at the first, which are the defaults. One shared score axis."""
+    plt = _plt()
+    T = len(tokens)
+    te = T - 1 if forward_end is None else forward_end
+    tb = backward_end
+    fwd = [(_short(" ".join(tokens[i: te + 1])), float(forward[i])) for i in range(te + 1)]
+    bwd = [(_short(" ".join(tokens[tb: j + 1])), float(backward[j])) for j in range(T - 1, tb - 1, -1)]
+    lim = max([1e-9, *(abs(s) for _, s in fwd + bwd)]) * 1.3
+    rows = max(len(fwd), len(bwd))
+    fig, axes = plt.subplots(1, 2, figsize=(12.5, 0.45 * rows + 1.6))
+    for ax, items, name in ((axes[0], fwd, f"forward, ending at '{tokens[te]}'"),
+                            (axes[1], bwd, f"backward, ending at '{tokens[tb]}'")):
+        _bars_on(ax, [a for a, _ in items], [s for _, s in items], lim, xlabel)
+        ax.set_title(name, fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def ngram_heatmap_backward(tokens: Sequence[str], scores: np.ndarray, path: str | Path, title: str = "",
+                           label: str = "contribution") -> Path:
+    """The backward direction's n-grams of a bidirectional model as ngram_heatmap shows the
+    forward ones. scores: [T(end), T(start)] in reading positions with end <= start (the
+    n-gram x_end..x_start is read from x_start back to x_end). Row: the word it ends at
+    (leftmost), column: the word it starts at (rightmost)."""
+    plt = _plt()
+    s = np.asarray(scores, dtype=float)                          # rows = end (left), cols = start (right)
+    T = len(tokens)
+    masked = np.ma.masked_where(~np.triu(np.ones((T, T), dtype=bool)), s)
+    lim = max(1e-9, float(np.abs(masked).max()))
+    size = 0.55 * T + 2.2
+    fig, ax = plt.subplots(figsize=(size + 1.0, size))
+    im = ax.imshow(masked, cmap="RdBu", vmin=-lim, vmax=lim)
+    ax.set_xticks(range(T), tokens, rotation=45, ha="right")
+    ax.set_yticks(range(T), tokens)
+    ax.set_xlabel("n-gram starts at (read right to left)")
+    ax.set_ylabel("n-gram ends at")
+    if T <= 16:
+        for e in range(T):
+            for st in range(e, T):
+                ax.text(st, e, f"{s[e, st]:.1f}", ha="center", va="center", fontsize=7)
+    fig.colorbar(im, ax=ax, shrink=0.8, label=label)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def training_curves(metrics_rows: Sequence[dict], path: str | Path, metric: str | None = None,
+                    title: str = "") -> Path:
+    """Loss (left) and the main metric (right) per epoch, train and dev, from the rows of a
+    checkpoint's metrics.jsonl (rows without "epoch", such as the test line, are skipped).
+    metric: e.g. "accuracy", "f1", "ppl"; default: the first dev_* metric that is not the
+    loss. The best epoch (its "best_epoch") is marked."""
+    plt = _plt()
+    rows = [r for r in metrics_rows if isinstance(r, dict) and "epoch" in r]
+    if metric is None:
+        metric = next((k[4:] for r in rows for k in r if k.startswith("dev_") and k != "dev_loss"), None)
+    panels = [("loss", "loss")] + ([(metric, metric)] if metric else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.6), squeeze=False)
+    best = rows[-1].get("best_epoch") if rows else None
+    for ax, (key, name) in zip(axes[0], panels):
+        for split, colour, style in (("train", "#4a5568", "--"), ("dev", POS, "-")):
+            pts = [(r["epoch"], r[f"{split}_{key}"]) for r in rows
+                   if isinstance(r.get(f"{split}_{key}"), (int, float))]
+            if pts:
+                ax.plot(*zip(*pts), style, marker="o", ms=4, color=colour, label=split)
+        if best is not None:
+            ax.axvline(best, color="#999999", lw=0.8, ls=":", label=f"best epoch ({best})")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(name)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        if rows:
+            ax.set_xticks(sorted({r["epoch"] for r in rows}))
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def tsne_scatter(points: np.ndarray, labels: Sequence, path: str | Path, title: str = "",
+                 names: Sequence[str] | None = None) -> Path:
+    """2-D points [N, 2] coloured by label with a legend (implicit-ngrams Figure 7).
+    labels: class indices (shown as names[label] when names are given) or real values
+    (regression targets: a continuous colour bar)."""
+    plt = _plt()
+    pts = np.asarray(points, dtype=float)
+    lab = np.asarray(labels)
+    fig, ax = plt.subplots(figsize=(6.8, 5.6))
+    if lab.dtype.kind == "f" and not np.all(lab == np.round(lab)):
+        sc = ax.scatter(pts[:, 0], pts[:, 1], c=lab, cmap="RdBu", s=9, alpha=0.8)
+        fig.colorbar(sc, ax=ax, shrink=0.8, label="target")
+    else:
+        classes = sorted(set(lab.tolist()))
+        two = len(classes) == 2
+        cmap = plt.get_cmap("tab10" if len(classes) <= 10 else "tab20")
+        for k, c in enumerate(classes):
+            colour = (NEG, POS)[k] if two else cmap(k % cmap.N)
+            name = names[int(c)] if names is not None and 0 <= int(c) < len(names) else str(c)
+            sel = lab == c
+            ax.scatter(pts[sel, 0], pts[sel, 1], s=9, alpha=0.75, color=colour, label=f"{name} ({int(sel.sum())})")
+        ax.legend(fontsize=8, markerscale=1.8, loc="best")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

@@ -15,23 +15,44 @@ th:first-child, td:first-child { text-align: left; }
 img { max-width: 100%; height: auto; }
 figure { margin: 1em 0; } figcaption { font-size: 0.9em; color: #4a5568; }
 code { background: #f7fafc; padding: 1px 4px; }
+pre { background: #f7fafc; padding: 8px; overflow-x: auto; font-size: 0.85em; }
+.note { color: #4a5568; font-style: italic; } .skipped { color: #975a16; }
+nav { font-size: 0.92em; margin-bottom: 1em; } h3 { font-size: 1.05em; margin-top: 1.4em; }
+td.text { text-align: left; } .sample { border-top: 1px dashed #e2e8f0; } .sentence { font-size: 1.05em; }
 """
 
 
+class Raw(str):
+    """Markup written by this package, passed through unescaped. Every other string that
+    reaches the page is escaped, so text from data (a token such as "<td>" or "<script>")
+    always shows as text, whatever it starts with."""
+
+
+def raw(markup: str) -> Raw:
+    return Raw(markup)
+
+
 def esc(x) -> str:
-    return html.escape(str(x))
+    return x if isinstance(x, Raw) else html.escape(str(x))
 
 
-def score_cell(v: float) -> str:
-    return f'<td class="{"pos" if v >= 0 else "neg"}">{v:+.2f}</td>'
+def score_cell(v: float) -> Raw:
+    return Raw(f'<td class="{"pos" if v >= 0 else "neg"}">{v:+.2f}</td>')
 
 
-def table(header: list[str], rows: list[list[str]]) -> str:
-    """rows hold ready HTML cells (<td>...</td>) or plain strings (escaped)."""
+def cell(text, cls: str | None = None) -> Raw:
+    """One <td> with escaped text and an optional class."""
+    attr = f' class="{esc(cls)}"' if cls else ""
+    return Raw(f"<td{attr}>{esc(text)}</td>")
+
+
+def table(header: list[str], rows: list[list], attrs: str = "") -> str:
+    """rows hold ready cells (Raw, e.g. from score_cell or cell) or values shown as text
+    (escaped); header entries are escaped unless Raw."""
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
     body = "".join(
-        "<tr>" + "".join(c if c.startswith("<td") else f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        "<tr>" + "".join(c if isinstance(c, Raw) else f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table{attrs}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def figure(png: str | Path, caption: str) -> str:

@@ -1,0 +1,667 @@
+"""`rnnlens report`: one self-contained HTML page about a trained checkpoint.
+
+Sections (each with an id, so a browser test can find it): the model card ("model-card"),
+training curves ("training-curves"), per-sentence n-gram views ("samples": the heatmap of
+implicit-ngrams Figure 6 and the bars of sequence-level Figures 2 and 4, both directions for
+bidirectional models), t-SNE of the context representations ("tsne", implicit-ngrams
+Figure 7), the negation / intensification study ("negation") and the faithfulness table
+("faithfulness"). A section that does not apply, or whose analysis module is not installed,
+says why. Figures are embedded as base64 PNG; the page loads nothing from anywhere (no
+scripts, fonts, or links out), and every string that comes from data is escaped.
+
+Writes out_dir/report.html and out_dir/report.json (the numbers), atomically.
+"""
+from __future__ import annotations
+
+import json
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..errors import RnnlensError
+from . import plots
+from . import report as R
+
+SENTENCE_TASKS = ("classify", "regress", "relation")
+MAX_HEATMAP_TOKENS = 40
+MAX_BAR_TOKENS = 60
+TOP_K = 8
+
+
+def _mpl(s: str) -> str:
+    """Text for matplotlib: a "$" would start math mode (and can fail to parse)."""
+    return str(s).replace("$", r"\$")
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    return str(v)
+
+
+def _section(sid: str, title: str, *parts: str) -> str:
+    return f'<section id="{sid}"><h2>{R.esc(title)}</h2>{"".join(parts)}</section>'
+
+
+def _note(text: str, cls: str = "note") -> str:
+    return f'<p class="{cls}">{R.esc(text)}</p>'
+
+
+# --- inputs ---------------------------------------------------------------------------------
+
+def read_metrics(path: Path) -> tuple[list[dict], dict | None, list[str]]:
+    """metrics.jsonl -> (epoch rows, the test row or None, notes on unreadable lines)."""
+    rows, test, notes = [], None, []
+    if not path.is_file():
+        return rows, test, ["metrics.jsonl is missing"]
+    for no, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            notes.append(f"metrics.jsonl line {no} is not JSON; skipped")
+            continue
+        if not isinstance(r, dict):
+            continue
+        if r.get("split") == "test":
+            test = r
+        elif "epoch" in r:
+            rows.append(r)
+    return rows, test, notes
+
+
+def _load_data(cfg, meta, data_dir, explicit: bool):
+    """The checkpoint's dataset (all splits, no budget cap) or (None, reason)."""
+    import copy
+
+    from ..train.run import load_data
+
+    cfg = copy.deepcopy(cfg)                     # the card shows the config as it was saved
+    if data_dir:
+        cfg.data.data_dir = str(data_dir)
+    cfg.data.max_train_examples = None
+    try:
+        data = load_data(cfg)
+    except RnnlensError as e:
+        if explicit:
+            raise
+        return None, f"the training data could not be loaded ({e}); pass --data-dir"
+    if data.task != meta.get("task", "classify") or data.labels != meta.get("labels"):
+        msg = "the data found now does not have the task and labels the model was trained on"
+        if explicit:
+            raise RnnlensError(msg)
+        return None, msg
+    return data, None
+
+
+def _eval_split(data) -> str | None:
+    for name in ("test", "dev", "valid"):
+        if data.splits.get(name):
+            return name
+    return None
+
+
+def _sample_sentences(data, split: str, task: str, n: int, seed: int = 0) -> list[list[str]]:
+    """n readable sentences (4-20 tokens) of a split, a seeded sample in split order."""
+    examples = data.splits[split]
+    if task == "lm":
+        stream, sents, cur = examples[0].tokens, [], []
+        for tok in stream[:200_000]:
+            if tok == "<eos>":
+                if cur:
+                    sents.append(cur)
+                cur = []
+            else:
+                cur.append(tok)
+        pool = sents
+    else:
+        pool = [ex.tokens for ex in examples]
+    good = [i for i, toks in enumerate(pool) if 4 <= len(toks) <= 20] or [i for i, t in enumerate(pool) if t]
+    idx = sorted(random.Random(seed).sample(good, min(n, len(good))))
+    return [list(pool[i]) for i in idx]
+
+
+# --- per-sentence decomposition --------------------------------------------------------------
+
+class _AtPosition(nn.Module):
+    """Looks like the model to NGramAttribution (same encoder) but returns the scores of one
+    position: a tagger's emissions or a language model's next-word logits (log-probabilities
+    with an adaptive softmax) at token t, [B, C]."""
+
+    def __init__(self, model, t: int):
+        super().__init__()
+        self.inner = model
+        self.encoder = model.encoder
+        self.t = t
+
+    def forward(self, batch):
+        if self.inner.task == "lm":
+            self.inner.reset_state()
+        out = self.inner(batch)[:, self.t]
+        adaptive = getattr(self.inner.head, "adaptive", None)
+        return adaptive.log_prob(out) if adaptive is not None else out
+
+
+@dataclass
+class SentenceView:
+    """grid[d, end, start]: contribution of each n-gram (d = 0 forward, 1 backward; backward
+    n-grams have end <= start) toward `targets[end]` (sentence tasks: one target for all)."""
+
+    tokens: list[str]
+    unknown: list[str]
+    grid: np.ndarray
+    targets: list[str]
+    explained: str
+    prediction: str
+    output: float | None
+    offset: float | None
+    remainder: float | None
+    exact: bool
+    focus: int                 # the token whose n-grams the bars show
+    partial: bool = False      # tag/lm with stacked layers: only n-grams ending at each token
+
+    def top(self, k: int = TOP_K) -> list[dict]:
+        T = self.grid.shape[-1]
+        flat = np.abs(self.grid).reshape(-1)
+        out = []
+        for idx in np.argsort(-flat, kind="stable")[:k]:
+            if flat[idx] == 0:
+                break
+            d, rest = divmod(int(idx), T * T)
+            end, start = divmod(rest, T)
+            lo, hi = min(start, end), max(start, end)
+            out.append({"direction": "backward" if d else "forward", "start": start, "end": end,
+                        "text": " ".join(self.tokens[lo: hi + 1]), "target": self.targets[end],
+                        "score": float(self.grid[d, end, start])})
+        return out
+
+
+def explain_sentence(model, vocab, tokens: list[str]) -> SentenceView:
+    """The n-gram view of one sentence for any recurrent model (NGramAttribution)."""
+    from ..analysis.attribution import NGramAttribution
+    from ..data.batching import Example, collate
+
+    task = model.task
+    T = len(tokens)
+    batch = collate([Example(tokens)], vocab)
+    unknown = [t for t in tokens if t not in vocab]
+    labels = model.labels
+    if task in SENTENCE_TASKS:
+        with torch.no_grad():
+            out = model(batch)[0]
+        if out.dim() == 0:
+            v = float(out)
+            if task == "regress":
+                prediction, explained = f"{v:+.3f}", "the regression output"
+            else:
+                p = float(torch.sigmoid(out))
+                prediction = f"{labels[1] if p > 0.5 else labels[0]} (p({labels[1]}) = {p:.3f})"
+                explained = f"the logit of '{labels[1]}' (below zero favours '{labels[0]}')"
+            target, tname = None, labels[1] if task != "regress" else "output"
+        else:
+            probs = torch.softmax(out, -1)
+            c = int(probs.argmax())
+            prediction = f"{labels[c]} (p = {float(probs[c]):.3f})"
+            explained = f"the logit of the predicted class '{labels[c]}'"
+            target, tname = c, labels[c]
+        a = NGramAttribution(model, vocab=vocab).attribute(batch, target=target)
+        return SentenceView(tokens, unknown, a.ngrams[0].double().numpy(), [tname] * T, explained, prediction,
+                            float(a.output[0]), float(a.offset[0]), float(a.remainder[0]), a.exact, T - 1)
+    # tag / lm: one attribution per position, each toward the label predicted there
+    with torch.no_grad():
+        if task == "lm":
+            model.reset_state()
+        out = model(batch)
+        if task == "lm":
+            model.reset_state()
+            adaptive = getattr(model.head, "adaptive", None)
+            scores = adaptive.log_prob(out[0]) if adaptive is not None else out[0]
+            pred = scores.argmax(-1).tolist()
+            names = [vocab.itos[i] for i in pred]
+            explained = ("the log-probability (adaptive softmax)" if adaptive is not None else "the logit") + \
+                        " of the predicted next word at each token"
+        else:
+            pred = model.head.crf.decode(out, batch.mask)[0]
+            names = [model.head.tags[i] for i in pred]
+            explained = "the emission score of the tag the CRF predicts at each token"
+    D = model.encoder.directions
+    grid = np.zeros((D, T, T))
+    exact = True
+    for t in range(T):
+        a = NGramAttribution(_AtPosition(model, t), vocab=vocab).attribute(batch, target=pred[t])
+        grid[:, t, :] = a.ngrams[0, :, t, :].double().numpy()
+        exact = exact and a.exact
+    if task == "lm":
+        model.reset_state()
+    focus = next((t for t, n in enumerate(names) if n != "O"), T - 1) if task == "tag" else T - 1
+    prediction = " ".join(f"{tok}/{n}" for tok, n in zip(tokens, names)) if task == "tag" else \
+        " ".join(f"{tok} [→ {n}]" for tok, n in zip(tokens, names))
+    return SentenceView(tokens, unknown, grid, names, explained, prediction, None, None, None, exact, focus,
+                        partial=model.cfg.layers > 1)
+
+
+def _sample_html(k: int, text: str, v: SentenceView, fig_dir: Path, cell: str) -> tuple[str, dict]:
+    T, D = len(v.tokens), v.grid.shape[0]
+    toks = [_mpl(t) for t in v.tokens]
+    parts = [f'<div class="sample" id="sample-{k}"><h3>Sentence {k + 1}</h3>',
+             f'<p class="sentence">{R.esc(text)}</p>',
+             f"<p>Tokens ({T}): <code>{R.esc(' | '.join(v.tokens))}</code></p>",
+             f"<p>Prediction: <b>{R.esc(v.prediction)}</b>. Scores decompose {R.esc(v.explained)}.</p>"]
+    if v.unknown:
+        parts.append(_note(f"read as <unk> (not in the vocabulary): {' '.join(sorted(set(v.unknown)))}"))
+    if v.output is not None:
+        kind = "exact" if v.exact else "first-order"
+        parts.append(f"<p>Output {v.output:+.3f} = offset {v.offset:+.3f} + n-grams {v.grid.sum():+.3f} "
+                     f"+ remainder {v.remainder:+.3f} ({kind} view of the first layer).</p>")
+    if v.partial:
+        parts.append(_note("stacked layers: only the n-grams ending at each token are shown"))
+    top = v.top()
+    header = (["direction"] if D > 1 else []) + ["n-gram", "toward", "score"]
+    rows = [([t["direction"]] if D > 1 else []) + [R.cell(t["text"], "text"), R.cell(t["target"], "text"),
+                                                    R.score_cell(t["score"])] for t in top]
+    parts.append(R.table(header, rows, ' class="top-ngrams"'))
+    label = "contribution"
+    if T > MAX_HEATMAP_TOKENS:
+        parts.append(_note(f"{T} tokens: the heatmap is drawn for sentences of at most {MAX_HEATMAP_TOKENS}"))
+    else:
+        png = plots.ngram_heatmap(toks, v.grid[0], fig_dir / f"heat-{k}.png",
+                                  f"{cell}: n-gram contributions" + (" (forward)" if D > 1 else ""))
+        toward = "" if v.output is not None else ", toward the label predicted at the column's word"
+        parts.append(R.figure(png, "Contribution of the n-gram from the row's word to the column's word"
+                              f"{toward} (blue positive, red negative; the implicit-ngrams paper's Figure 6)."))
+        if D > 1:
+            png = plots.ngram_heatmap_backward(toks, v.grid[1], fig_dir / f"heat-back-{k}.png",
+                                               f"{cell}: n-gram contributions (backward)", label)
+            parts.append(R.figure(png, "Backward direction: the n-gram read from the column's word back to "
+                                  "the row's word."))
+    if T > MAX_BAR_TOKENS:
+        parts.append(_note(f"{T} tokens: the bars are drawn for sentences of at most {MAX_BAR_TOKENS}"))
+    elif D > 1:
+        fe = v.focus
+        be = 0 if v.output is not None else v.focus
+        png = plots.ngram_bars_both(toks, v.grid[0, fe], v.grid[1, be], fig_dir / f"bars-{k}.png",
+                                    forward_end=fe, backward_end=be, title=f"{cell}: n-grams ending at a token",
+                                    xlabel=label)
+        where = ("the final state reads the forward direction at the last token and the backward one at the "
+                 "first" if v.output is not None else f"toward '{v.targets[fe]}' at '{v.tokens[fe]}'")
+        parts.append(R.figure(png, f"Every n-gram ending at a token, both directions ({where}; "
+                              "the sequence-level paper's Figures 2 and 4)."))
+    else:
+        fe = v.focus
+        names = [plots._short(_mpl(" ".join(v.tokens[i: fe + 1]))) for i in range(fe + 1)]
+        png = plots.ngram_bars(names, v.grid[0, fe, : fe + 1], fig_dir / f"bars-{k}.png",
+                               f"{cell}: n-grams ending at '{toks[fe]}'")
+        parts.append(R.figure(png, f"Every n-gram ending at '{v.tokens[fe]}' (toward '{v.targets[fe]}'; "
+                              "the sequence-level paper's Figures 2 and 4)."))
+    parts.append("</div>")
+    data = {"text": text, "tokens": v.tokens, "unknown": v.unknown, "prediction": v.prediction,
+            "explained": v.explained, "exact": v.exact, "top": top}
+    if v.output is not None:
+        data.update(output=v.output, offset=v.offset, ngram_total=float(v.grid.sum()), remainder=v.remainder)
+    return "".join(parts), data
+
+
+# --- sections --------------------------------------------------------------------------------
+
+def _model_card(model_dir, model, cfg, meta, vocab, data, data_note, rows, test) -> tuple[str, dict]:
+    m = cfg.model
+    task = meta.get("task", "classify")
+    n_params = sum(p.numel() for p in model.parameters())
+    if m.cell == "transformer":
+        arch = f"Transformer baseline, {m.layers} layer(s), {m.heads} heads"
+    else:
+        arch = (f"{m.cell} cell, {m.layers} layer(s), " + ("bidirectional" if m.bidirectional else "one direction"))
+    head = {"classify": "classifier", "regress": "regressor", "relation": "relation classifier",
+            "tag": "BiRNN-CRF tagger" if m.bidirectional else "CRF tagger", "lm": "language model"}.get(task, task)
+    desc = f"A {task} model ({head}): {arch}, embedding {m.embedding_dim}, hidden {m.hidden_size}"
+    if task in SENTENCE_TASKS:
+        desc += f", {m.pooling} pooling, " + (f"MLP head ({m.mlp_hidden})" if m.mlp_hidden else "linear head") + \
+                (" with bias" if m.output_bias else " without bias")
+    desc += "."
+    best = (test or {}).get("best_epoch") or (rows[-1].get("best_epoch") if rows else None)
+    best_row = next((r for r in rows if r.get("epoch") == best), None)
+    dev = {k[4:]: v for k, v in (best_row or {}).items() if k.startswith("dev_")}
+    tst = {k[5:]: v for k, v in (test or {}).items() if k.startswith("test_")}
+    labels = meta.get("labels")
+    sizes = {k: len(v) if task != "lm" else len(v[0].tokens) for k, v in data.splits.items()} if data else {}
+    card = {"model_dir": str(model_dir), "task": task, "cell": m.cell, "layers": m.layers,
+            "bidirectional": m.bidirectional, "embedding_dim": m.embedding_dim, "hidden_size": m.hidden_size,
+            "parameters": n_params, "vocab_size": len(vocab), "labels": labels, "corpus": cfg.data.corpus,
+            "split_sizes": sizes, "best_epoch": best, "dev": dev, "test": tst, "description": desc}
+    facts = [["model folder", str(model_dir)], ["architecture", arch], ["task", task],
+             ["parameters", f"{n_params:,}"], ["vocabulary", f"{len(vocab):,} tokens"]]
+    if labels:
+        shown = ", ".join(labels[:30]) + (f", ... ({len(labels)} in all)" if len(labels) > 30 else "")
+        facts.append(["labels", shown])
+    facts.append(["data", cfg.data.corpus + (f" ({cfg.data.data_dir})" if cfg.data.data_dir else "")])
+    if sizes:
+        unit = " tokens" if task == "lm" else ""
+        facts.append(["splits", ", ".join(f"{k} {v:,}{unit}" for k, v in sizes.items())])
+    facts.append(["best epoch", "-" if best is None else str(best)])
+    names = sorted(set(dev) | set(tst))
+    metrics_rows = [[f"dev (epoch {best})", *(_fmt(dev.get(k, "")) for k in names)]] if dev else []
+    if tst:
+        metrics_rows.append(["test", *(_fmt(tst.get(k, "")) for k in names)])
+    parts = [f"<p>{R.esc(desc)}</p>", R.table(["", ""], facts, ' class="facts"')]
+    if metrics_rows:
+        parts += ["<h3>Metrics</h3>", R.table(["split", *names], metrics_rows)]
+    else:
+        parts.append(_note("no dev or test metrics recorded in metrics.jsonl"))
+    if data_note:
+        parts.append(_note(data_note))
+    if meta.get("notes"):
+        parts.append("<h3>Data notes</h3><ul>" + "".join(f"<li>{R.esc(n)}</li>" for n in meta["notes"]) + "</ul>")
+    parts.append("<details><summary>Resolved configuration</summary><pre>"
+                 f"{R.esc(json.dumps(cfg.to_dict(), indent=2))}</pre></details>")
+    return _section("model-card", "Model card", *parts), card
+
+
+def _curves(rows, model, fig_dir) -> tuple[str, dict]:
+    if not rows:
+        return _section("training-curves", "Training curves",
+                        _note("metrics.jsonl has no per-epoch rows: nothing to plot")), {"skipped": "no epochs"}
+    metric = getattr(model.head, "select", ("accuracy", "max"))[0]
+    if not any(f"dev_{metric}" in r for r in rows):
+        metric = None
+    png = plots.training_curves(rows, fig_dir / "curves.png", metric, f"{len(rows)} epoch(s)")
+    return (_section("training-curves", "Training curves",
+                     R.figure(png, "Loss and the model-selection metric per epoch, on the training and dev sets; "
+                              "the dotted line marks the epoch kept.")),
+            {"epochs": len(rows), "metric": metric})
+
+
+def _tsne_section(model, cfg, vocab, data, split, fig_dir, max_n: int = 2000) -> tuple[str, dict]:
+    from ..analysis.context import context_representations, tsne
+    from ..train.run import batches
+
+    feats, labels = context_representations(model, batches(cfg, model.task, data.splits[split], vocab, False),
+                                            max_n=max_n)
+    if len(feats) < 3:
+        raise RnnlensError(f"the {split} split has {len(feats)} sentences; t-SNE needs at least 3")
+    pts = tsne(feats, seed=0)
+    names = [_mpl(n) for n in model.labels] if model.labels else None
+    png = plots.tsne_scatter(pts, labels, fig_dir / "tsne.png",
+                             f"t-SNE of {len(feats)} {split} context representations", names)
+    what = "the final state" if cfg.model.pooling == "final" else "the mean of the states"
+    if cfg.model.bidirectional and cfg.model.pooling == "final":
+        what = "the forward final state and the backward state at the first token, concatenated"
+    return (_section("tsne", "Context representations (t-SNE)",
+                     R.figure(png, f"{len(feats)} {split} sentences: the vector the output layer reads ({what}, "
+                              f"{feats.shape[1]} dimensions) projected with t-SNE, coloured by gold label "
+                              "(the implicit-ngrams paper's Figure 7).")),
+            {"split": split, "n": len(feats), "dim": int(feats.shape[1])})
+
+
+def _negation_section(model, cfg, vocab, meta, data, fig_dir) -> tuple[str, dict]:
+    from ..analysis import negation as N
+
+    sides = N.sentiment_sides(meta.get("task", "classify"), meta.get("labels"), cfg.data.corpus)
+    if cfg.data.corpus == "polarity":
+        # "X" and "not X" carry opposite labels there, so no word passes the frequency ratio;
+        # the corpus is built from known adjective lists.
+        from ..data.synthetic import NEGATIVE, POSITIVE
+
+        adj = N.Adjectives(list(POSITIVE), list(NEGATIVE))
+        source = "the built-in corpus's adjective lists"
+    else:
+        adj = N.extract_adjectives(data.splits["train"], sides.is_positive, sides.is_negative, N.load_lexicon())
+        source = "the training split (implicit-ngrams Appendix E.1)"
+    if not adj.positive and not adj.negative:
+        raise RnnlensError("no polarity adjectives found in the training split")
+    study = N.negation_study(model, vocab, adj.positive, adj.negative, sides=sides)
+    if not study.rows:
+        raise RnnlensError("none of the extracted adjectives is in the model's vocabulary")
+    summary = N.summarize_study(study)
+    forms = list(dict.fromkeys(r.form for r in study.rows))
+    parts = [(f"<p>{len(adj.positive)} positive and {len(adj.negative)} negative adjectives from "
+              f"{R.esc(source)}; each scored as a standalone phrase "
+              f"({R.esc('full-span n-gram score' if study.kind == 'ngram' else 'context score')}; "
+              f"w = {R.esc(study.readout)}).</p>")]
+    rows = []
+    for pol in N.POLARITIES:
+        g = summary["groups"].get(pol, {})
+        rows.append([f"{pol} ({max([s['count'] for s in g.values()] or [0])})",
+                     *(R.score_cell(g[f]["median"]) if f in g and g[f]["count"] else "-" for f in forms)])
+    parts.append(R.table(["median score", *forms], rows, ' class="negation-medians"'))
+    yn = {True: "yes", False: "no", None: "n/a"}
+    finding_rows = [[N.FINDING_LINES.get(key, key), *(R.cell(yn[f.get(p)], {True: "ok", False: "bad"}.get(f.get(p)))
+                                                      for p in N.POLARITIES)]
+                    for key, f in summary["findings"].items()]
+    parts.append(R.table(["finding", *N.POLARITIES], finding_rows))
+    if hasattr(plots, "negation_boxes"):
+        png = plots.negation_boxes(N.score_groups(study), fig_dir / "negation.png",
+                                   f"{cfg.model.cell}: polarity scores of adjectives and their phrases")
+        parts.append(R.figure(png, "Scores of X, not X, very X and not not X per adjective group "
+                              "(the implicit-ngrams paper's Figures 2-5)."))
+    if study.skipped:
+        parts.append(_note(f"{len(study.skipped)} adjective(s) not in the vocabulary were skipped"))
+    return (_section("negation", "Negation and intensification", *parts),
+            {"adjectives": {"positive": adj.positive, "negative": adj.negative}, "summary": summary,
+             **{k: v for k, v in study.to_dict().items() if k != "rows"}})
+
+
+def _faithfulness_section(model, vocab, data, split, n, progress) -> tuple[str, dict]:
+    from ..analysis.faithfulness import faithfulness
+
+    res = faithfulness(model, data.splits[split], vocab, max_sentences=n, progress=progress)
+    d = res.to_dict()
+
+    def num(x, f="{:.4f}"):
+        return "n/a" if x is None else f.format(x)
+
+    rows = []
+    for name, m in sorted(d["methods"].items(), key=lambda kv: -(kv[1]["aopc"] if kv[1]["aopc"] is not None
+                                                                 else -1e300)):
+        rows.append([name, num(m["aopc"]), num(m["aopc_se"]), num(m["spearman"], "{:.3f}"),
+                     f"{m['spearman_n']}", f"{m['seconds']:.1f}"])
+    foe = d.get("first_order_error")
+    foe_text = ("exact (the cell is its linear view)" if foe == "exact" else
+                f"one-step {num(foe.get('one_step'))}, accumulated {num(foe.get('accumulated'))}"
+                if isinstance(foe, dict) else "not measured")
+    intro = (f"<p>Token attributions on {d['sentences']} {R.esc(split)} sentences ({d['skipped']} too short "
+             f"left out), p = {R.esc(d['output'])} of the target; deleting up to {d['max_k']} tokens. AOPC: mean "
+             "drop of p when the top-k tokens are deleted (higher is more faithful); Spearman: rank agreement with "
+             "single-token deletion.</p>")
+    error = (f"<p>First-order error of layer 1: {R.esc(foe_text)}; n-gram |remainder| / |output|: "
+             f"{R.esc(num(d.get('remainder_ratio')))}.</p>")
+    parts = [intro, R.table(["method", "AOPC", "± se", "Spearman", "sentences", "seconds"], rows,
+                            ' class="faithfulness-table"'), error]
+    parts += [_note(n) for n in d.get("notes", [])]
+    return _section("faithfulness", "Faithfulness", *parts), d
+
+
+def _available(module: str) -> bool:
+    """Whether an optional analysis module imports (it may not be part of this install)."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def _skipped(sid: str, title: str, reason: str) -> tuple[str, dict]:
+    return _section(sid, title, _note(f"skipped: {reason}", "note skipped")), {"skipped": reason}
+
+
+# --- the report ------------------------------------------------------------------------------
+
+def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: int = 4,
+                 faithfulness_sentences: int = 100, negation: bool = True, progress: bool = True,
+                 force: bool = False) -> dict:
+    """Write out_dir/report.html and out_dir/report.json for the checkpoint in model_dir.
+
+    data_dir: where the training data is now (default: where it was in training); the
+    data sections are skipped, with the reason, when it cannot be loaded and no data_dir
+    was given. sentences: texts to explain instead of n_samples sentences of the test
+    split. Returns the report.json dict. Bad input is an RnnlensError."""
+    from ..data.tokenize import Tokenizer
+    from ..train.checkpoint import load_checkpoint, output_dir
+
+    t0 = time.perf_counter()
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not force:           # refuse before doing any work
+        raise RnnlensError(f"output folder {out_dir} exists; use --force to replace it")
+    if n_samples < 0 or faithfulness_sentences < 0:
+        raise RnnlensError("--samples and --faithfulness-sentences must be >= 0")
+    model_dir = Path(model_dir)
+    model, cfg, vocab, meta = load_checkpoint(model_dir)
+    task = meta.get("task", "classify")
+    tok = Tokenizer(**meta.get("tokenizer", {}))
+    texts = list(sentences or [])
+    for s in texts:
+        if not tok(s):
+            raise RnnlensError(f"--text {s!r} has no tokens: nothing to explain")
+
+    def say(msg: str) -> None:
+        if progress:
+            print(f"report: {msg} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr, flush=True)
+
+    say(f"loaded {model_dir}")
+    data, data_note = _load_data(cfg, meta, data_dir, explicit=data_dir is not None)
+    say("data loaded" if data else "data not available")
+    split = _eval_split(data) if data else None
+    rows, test, metric_notes = read_metrics(model_dir / "metrics.jsonl")
+    recurrent = cfg.model.cell != "transformer"
+    result: dict = {"model": None}
+    sections: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="rnnlens-report-") as figs:
+        fig_dir = Path(figs)
+        html, result["model"] = _model_card(model_dir, model, cfg, meta, vocab, data, data_note, rows, test)
+        sections.append(html + "".join(_note(n) for n in metric_notes))
+        say("model card")
+        html, result["training_curves"] = _curves(rows, model, fig_dir)
+        sections.append(html)
+        say("training curves")
+
+        # samples
+        if not recurrent:
+            html, result["samples"] = _skipped("samples", "Sample sentences",
+                                               "a transformer has no linear view: the n-gram decomposition "
+                                               "explains recurrent cells")
+        else:
+            if texts:
+                items = [(s, tok(s)) for s in texts]
+            elif data and split and n_samples:
+                items = [(" ".join(t), t) for t in _sample_sentences(data, split, task, n_samples)]
+            else:
+                items = []
+            parts, samples = [], []
+            for k, (text, tokens) in enumerate(items):
+                html, d = _sample_html(k, text, explain_sentence(model, vocab, tokens), fig_dir,
+                                       cfg.model.cell.upper())
+                parts.append(html)
+                samples.append(d)
+                say(f"sample {k + 1}/{len(items)}")
+            intro = ("<p>Each n-gram's contribution to the model's output (rnnlens.analysis.attribution: the "
+                     "first layer's n-gram vectors v(i:t) read by the gradient of the output with respect to "
+                     "that layer's states; for a linear head on the final state these are the papers' scores "
+                     "w^T v(i:t)).</p>")
+            if not items:
+                reason = ("no sentences: pass --text or a dataset with a test split" if n_samples
+                          else "--samples 0 and no --text")
+                html, result["samples"] = _skipped("samples", "Sample sentences", reason)
+            else:
+                origin = "given with --text" if texts else f"sampled from the {split} split"
+                html = _section("samples", "Sample sentences", intro,
+                                f"<p>{len(items)} sentence(s) {R.esc(origin)}.</p>", *parts)
+                result["samples"] = samples
+        sections.append(html)
+
+        # t-SNE
+        if task not in SENTENCE_TASKS:
+            html, result["tsne"] = _skipped("tsne", "Context representations (t-SNE)",
+                                            f"a {task} model has no sentence representation")
+        elif not data or not split:
+            html, result["tsne"] = _skipped("tsne", "Context representations (t-SNE)",
+                                            data_note or "the data has no dev or test split")
+        else:
+            say("t-SNE ...")
+            try:
+                html, result["tsne"] = _tsne_section(model, cfg, vocab, data, split, fig_dir)
+            except RnnlensError as e:
+                html, result["tsne"] = _skipped("tsne", "Context representations (t-SNE)", str(e))
+        sections.append(html)
+        say("t-SNE")
+
+        # negation
+        title = "Negation and intensification"
+        if not negation:
+            html, result["negation"] = _skipped("negation", title, "turned off (--no-negation)")
+        elif task not in ("classify", "regress"):
+            html, result["negation"] = _skipped("negation", title,
+                                                f"a {task} model is not a sentiment classifier or regressor")
+        elif not recurrent:
+            html, result["negation"] = _skipped("negation", title, "a transformer has no n-gram decomposition")
+        elif not data:
+            html, result["negation"] = _skipped("negation", title, data_note or "no data")
+        else:
+            if not _available("rnnlens.analysis.negation"):
+                html, result["negation"] = _skipped("negation", title, "negation study unavailable "
+                                                    "(rnnlens.analysis.negation is not installed)")
+            else:
+                say("negation study ...")
+                try:
+                    html, result["negation"] = _negation_section(model, cfg, vocab, meta, data, fig_dir)
+                except RnnlensError as e:
+                    html, result["negation"] = _skipped("negation", title, str(e))
+        sections.append(html)
+        say("negation")
+
+        # faithfulness
+        title = "Faithfulness"
+        if task not in SENTENCE_TASKS:
+            html, result["faithfulness"] = _skipped("faithfulness", title,
+                                                    f"the faithfulness table scores sentence-level models, not {task}")
+        elif not recurrent:
+            html, result["faithfulness"] = _skipped("faithfulness", title, "a transformer has no n-gram attribution")
+        elif not data or not split:
+            html, result["faithfulness"] = _skipped("faithfulness", title, data_note or "no dev or test split")
+        elif not faithfulness_sentences:
+            html, result["faithfulness"] = _skipped("faithfulness", title, "--faithfulness-sentences 0")
+        else:
+            if not _available("rnnlens.analysis.faithfulness"):
+                html, result["faithfulness"] = _skipped("faithfulness", title, "faithfulness evaluation unavailable "
+                                                        "(rnnlens.analysis.faithfulness is not installed)")
+            else:
+                say("faithfulness ...")
+                try:
+                    html, result["faithfulness"] = _faithfulness_section(
+                        model, vocab, data, split, faithfulness_sentences, progress)
+                except RnnlensError as e:
+                    html, result["faithfulness"] = _skipped("faithfulness", title, str(e))
+        sections.append(html)
+        say("faithfulness")
+
+        result["seconds"] = round(time.perf_counter() - t0, 2)
+        page = R.page(f"rnnlens report: {model_dir.resolve().name}", [_toc(), *sections])
+    with output_dir(out_dir, force=force) as tmp:
+        (tmp / "report.html").write_text(page, encoding="utf-8")
+        (tmp / "report.json").write_text(json.dumps(result, indent=2, default=_json_default), encoding="utf-8")
+    say(f"wrote {out_dir / 'report.html'}")
+    return result
+
+
+def _toc() -> str:
+    items = [("model-card", "Model card"), ("training-curves", "Training curves"), ("samples", "Sample sentences"),
+             ("tsne", "t-SNE"), ("negation", "Negation"), ("faithfulness", "Faithfulness")]
+    return '<nav id="toc">' + " · ".join(f'<a href="#{i}">{t}</a>' for i, t in items) + "</nav>"
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    return str(o)
