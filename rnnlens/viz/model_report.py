@@ -167,6 +167,7 @@ class SentenceView:
     exact: bool
     focus: int                 # the token whose n-grams the bars show
     partial: bool = False      # tag/lm with stacked layers: only n-grams ending at each token
+    polarity: np.ndarray | None = None   # [end, start] the paper's standalone scores w^T v_{i:t}
 
     def top(self, k: int = TOP_K) -> list[dict]:
         T = self.grid.shape[-1]
@@ -213,8 +214,17 @@ def explain_sentence(model, vocab, tokens: list[str]) -> SentenceView:
             explained = f"the logit of the predicted class '{labels[c]}'"
             target, tname = c, labels[c]
         a = NGramAttribution(model, vocab=vocab).attribute(batch, target=target)
+        polarity = None
+        if model.cfg.layers == 1 and model.encoder.directions == 1:
+            from ..analysis.ngrams import ngram_scores
+
+            row = 0 if target is None else target      # single score: the head's one row
+            with torch.no_grad():
+                view = model.linear_view(batch)
+                polarity = ngram_scores(view, model.readout_weight[row])[0, :, :, 0].double().numpy()
         return SentenceView(tokens, unknown, a.ngrams[0].double().numpy(), [tname] * T, explained, prediction,
-                            float(a.output[0]), float(a.offset[0]), float(a.remainder[0]), a.exact, T - 1)
+                            float(a.output[0]), float(a.offset[0]), float(a.remainder[0]), a.exact, T - 1,
+                            polarity=polarity)
     # tag / lm: one attribution per position, each toward the label predicted there
     with torch.no_grad():
         if task == "lm":
@@ -271,6 +281,12 @@ def _sample_html(k: int, text: str, v: SentenceView, fig_dir: Path, cell: str) -
     label = "contribution"
     if T > MAX_HEATMAP_TOKENS:
         parts.append(_note(f"{T} tokens: the heatmap is drawn for sentences of at most {MAX_HEATMAP_TOKENS}"))
+    elif v.polarity is not None:
+        png = plots.ngram_heatmap(toks, v.polarity, fig_dir / f"heat-{k}.png", f"{cell}: n-gram polarity scores")
+        parts.append(R.figure(png, "Polarity score w^T v(i:t) of every n-gram, from the row's word to the "
+                              "column's word, each n-gram read on its own (blue positive, red negative; the "
+                              "implicit-ngrams paper's Figure 6, eq. 14). The table above gives each n-gram's "
+                              "contribution to this sentence's output instead."))
     else:
         png = plots.ngram_heatmap(toks, v.grid[0], fig_dir / f"heat-{k}.png",
                                   f"{cell}: n-gram contributions" + (" (forward)" if D > 1 else ""))
