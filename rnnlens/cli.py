@@ -131,14 +131,26 @@ def cmd_explain(args) -> int:
             raise RnnlensError(f"{png} exists; use --force to replace it")
         if not png.parent.is_dir():
             raise RnnlensError(f"folder {png.parent} does not exist")
+    if (args.text is None) == (args.file is None):
+        raise RnnlensError("give the text to explain, or --file with a document (not both)")
+    text = args.text
+    if args.file is not None:
+        try:
+            text = Path(args.file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise RnnlensError(f"cannot read {args.file}: {e}") from None
     model, cfg, vocab, meta = load_checkpoint(args.model)
     tok = Tokenizer(**meta.get("tokenizer", {}))
-    tokens = tok(args.text)
+    tokens = tok(text)
     if not tokens:
         raise RnnlensError("the text is empty: nothing to explain")
     labels = meta["labels"]
     if args.target is not None and args.target not in labels:
         raise RnnlensError(f"--target {args.target!r} is not a label of this model: {', '.join(labels)}")
+    if args.file is not None or len(tokens) > STREAM_TOKENS:
+        return _explain_document(args, model, vocab, tokens, labels)
+    if cfg.model.layers != 1 or getattr(model.encoder, "directions", 1) != 1:
+        return _explain_attribution(args, model, vocab, tokens, labels)
     ex = explain_tokens(model, vocab, tokens, labels, target=args.target)
     if ex.unknown:
         which = "all tokens are" if len(ex.unknown) == len(tokens) else "some tokens are"
@@ -335,6 +347,93 @@ def cmd_report(args) -> int:
     return 0
 
 
+STREAM_TOKENS = 400       # longer texts are explained by the streamed top-k
+
+
+def _readout_row(model, labels, target):
+    """(output-layer row, label name) that scores `target`: a single-logit model's row scores
+    its second label (negated for the first); a multi-class model needs --target."""
+    rows = model.readout_weight
+    if rows.shape[0] == 1:
+        name = labels[1] if len(labels) > 1 else "output"
+        sign = -1.0 if (target is not None and len(labels) > 1 and target == labels[0]) else 1.0
+        return rows[0] * sign, labels[0] if sign < 0 else name
+    if target is None:
+        raise RnnlensError("--target is needed to explain a long document of a multi-class model")
+    return rows[labels.index(target)], target
+
+
+def _explain_document(args, model, vocab, tokens, labels) -> int:
+    """Streamed top-k n-grams of a long document (bounded memory: n-grams of at most --max-n)."""
+    import torch
+
+    from .analysis.ngrams import top_ngrams
+    from .data.batching import Example, collate
+
+    if model.cfg.layers != 1 or getattr(model.encoder, "directions", 1) != 1 or model.cfg.cell == "transformer":
+        raise RnnlensError("documents are explained for one-layer, one-direction recurrent models; "
+                           "use rnnlens.analysis.attribution.NGramAttribution for others")
+    if args.png:
+        raise RnnlensError("--png draws the heatmap of a sentence; a document gets the top-k list only")
+    w, name = _readout_row(model, labels, args.target)
+    batch = collate([Example(tokens)], vocab)
+    with torch.no_grad():
+        view = model.linear_view(batch)
+        top = top_ngrams(view, w, k=args.top or 20, max_n=args.max_n)
+    rows = [{"start": i, "end": t, "text": " ".join(tokens[i: t + 1]), "score": sc} for sc, i, t in top]
+    if args.json:
+        print(json.dumps({"tokens": len(tokens), "target": name, "max_n": args.max_n, "ngrams": rows}, indent=2))
+        return 0
+    print(f"{len(tokens)} tokens; the {len(rows)} n-grams of at most {args.max_n} tokens with the largest "
+          f"|score| toward '{name}' (w^T v(i:t), each n-gram on its own)")
+    width = max(10, min(60, max((len(r["text"]) for r in rows), default=10)))
+    print(f"{'start':>6} {'end':>6}  {'n-gram':<{width}} {'score':>8}")
+    for r in rows:
+        text = r["text"] if len(r["text"]) <= width else r["text"][: width - 1] + "…"
+        print(f"{r['start']:>6} {r['end']:>6}  {text:<{width}} {r['score']:>+8.3f}")
+    return 0
+
+
+def _explain_attribution(args, model, vocab, tokens, labels) -> int:
+    """Stacked or bidirectional models: n-gram contributions of the first layer."""
+    from .analysis.attribution import NGramAttribution
+    from .data.batching import Example, collate
+
+    if args.png:
+        raise RnnlensError("--png is drawn for one-layer, one-direction models; `rnnlens report` draws "
+                           "both directions of a bidirectional model")
+    batch = collate([Example(tokens)], vocab)
+    target = None if args.target is None else labels.index(args.target)
+    if model.readout_weight.shape[0] == 1 and target is not None:
+        target = None if target == len(labels) - 1 else target
+        if target is not None:
+            raise RnnlensError(f"a single-logit model scores '{labels[-1]}'; explain that label")
+    a = NGramAttribution(model, vocab=vocab).attribute(batch, target=target)
+    rows = a.top(args.top or 20)
+    if args.json:
+        print(json.dumps({"tokens": tokens, "output": float(a.output[0]), "offset": float(a.offset[0]),
+                          "remainder": float(a.remainder[0]), "ngrams": rows}, indent=2))
+        return 0
+    print(f"output {float(a.output[0]):+.3f} = offset {float(a.offset[0]):+.3f} + n-grams {float(a.total[0]):+.3f} "
+          f"+ remainder {float(a.remainder[0]):+.3f} (first layer, first-order view; contributions)")
+    for r in rows:
+        print(f"{r['direction']:>8} {r['start']:>4} {r['end']:>4}  {r['text']:<40} {r['score']:>+8.3f}")
+    return 0
+
+
+def cmd_faithfulness(args) -> int:
+    from .analysis.faithfulness import format_table, run_on_checkpoint
+
+    res = run_on_checkpoint(args.model, data_dir=args.data_dir, split=args.split, max_k=args.max_k,
+                            max_sentences=args.sentences, methods=tuple(args.methods), seed=args.seed,
+                            progress=not args.quiet)
+    if args.json:
+        print(json.dumps(res.to_dict()))
+    else:
+        print(format_table(res))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -388,13 +487,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("explain", help="the n-grams of a text and their scores")
     e.add_argument("--model", required=True, help="checkpoint folder")
-    e.add_argument("text")
+    e.add_argument("text", nargs="?", help="the text (or --file)")
+    e.add_argument("--file", help="a document to explain: its top-k n-grams, streamed in bounded memory")
+    e.add_argument("--max-n", type=int, default=8, help="documents: longest n-gram considered (default 8)")
     e.add_argument("--target", help="label to explain (default: the prediction)")
-    e.add_argument("--top", type=int, default=0, help="show only the K n-grams with the largest |score|")
+    e.add_argument("--top", type=int, default=0, help="show only the K n-grams with the largest |score| "
+                   "(documents: default 20)")
     e.add_argument("--json", action="store_true", help="machine-readable output")
     e.add_argument("--png", help="also write the n-gram heatmap to this PNG file")
     e.add_argument("--force", action="store_true", help="replace the PNG file if it exists")
     e.set_defaults(func=cmd_explain)
+
+    f = sub.add_parser("faithfulness", help="do n-gram scores predict what deleting tokens does? "
+                       "AOPC against captum's Integrated Gradients and occlusion")
+    f.add_argument("--model", required=True, help="checkpoint folder")
+    f.add_argument("--data-dir", help="where the dataset is now (default: where it was in training)")
+    f.add_argument("--split", default="test")
+    f.add_argument("--sentences", type=int, default=200, help="sentences to use (default 200)")
+    f.add_argument("--max-k", type=int, default=10, help="delete up to K tokens (default 10)")
+    f.add_argument("--methods", nargs="+", default=["ngram", "ngram-shared", "ig", "occlusion", "random"],
+                   choices=["ngram", "ngram-shared", "ig", "occlusion", "random"])
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--json", action="store_true")
+    f.add_argument("--quiet", action="store_true", help="no progress bar")
+    f.set_defaults(func=cmd_faithfulness)
 
     n = sub.add_parser("negation", help="scores of polarity adjectives, negated and intensified "
                        "(implicit-ngrams Section 5.2)")

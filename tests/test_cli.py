@@ -240,3 +240,49 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out.startswith("rnnlens ")
+
+
+def test_explain_document_streams_top_k(model_dir, tmp_path, capsys):
+    from rnnlens.analysis.ngrams import ngram_scores
+    from rnnlens.data.batching import Example, collate
+    from rnnlens.train.checkpoint import load_checkpoint
+
+    words = "the plot was not dull but good and not bad".split()
+    doc = tmp_path / "doc.txt"
+    doc.write_text(" ".join(words[i % len(words)] for i in range(450)))
+    code, out, err = run(capsys, "explain", "--model", str(model_dir), "--file", str(doc), "--top", "3",
+                         "--max-n", "3", "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["tokens"] == 450 and len(got["ngrams"]) == 3
+    # the same three as brute force over all n-grams of at most 3 tokens
+    model, _, vocab, _ = load_checkpoint(model_dir)
+    tokens = (" ".join(words[i % len(words)] for i in range(450))).split()
+    view = model.linear_view(collate([Example(tokens)], vocab))
+    s = ngram_scores(view, model.readout_weight[0].detach())[0, :, :, 0]
+    cand = [(abs(float(s[t, i])), i, t) for t in range(450) for i in range(max(0, t - 2), t + 1)]
+    best = sorted(cand, reverse=True)[:3]
+    assert [abs(r["score"]) for r in got["ngrams"]] == pytest.approx([b[0] for b in best], rel=1e-5)
+    assert_clean_error(*run(capsys, "explain", "--model", str(model_dir))[::2], "--file")
+    assert_clean_error(*run(capsys, "explain", "--model", str(model_dir), "--file", str(tmp_path / "no"))[::2],
+                       "cannot read")
+
+
+def test_explain_bidirectional_model_by_attribution(tmp_path, capsys):
+    out = tmp_path / "bi"
+    assert main(["train", "--out", str(out), *TINY, "--bidirectional", "true", "--layers", "2"]) == 0
+    capsys.readouterr()
+    code, stdout, err = run(capsys, "explain", "--model", str(out), "not good at all", "--json")
+    assert code == 0, err
+    d = json.loads(stdout)
+    assert {r["direction"] for r in d["ngrams"]} <= {"forward", "backward"} and d["ngrams"]
+
+
+def test_faithfulness_command(model_dir, capsys):
+    code, out, err = run(capsys, "faithfulness", "--model", str(model_dir), "--sentences", "12", "--max-k", "2",
+                         "--methods", "ngram", "random", "--json", "--quiet")
+    assert code == 0, err
+    d = json.loads(out)
+    assert set(d["methods"]) == {"ngram", "random"} and d["sentences"] == 12
+    code, out, err = run(capsys, "faithfulness", "--model", str(model_dir), "--split", "nope")
+    assert_clean_error(code, err, "nope")
