@@ -254,3 +254,17 @@ def test_max_length_truncates_every_split(tmp_path):
     data = load_data(cfg)
     assert max(len(ex.tokens) for s in data.splits.values() for ex in s) == 10
     assert any("truncated to their first 10 tokens" in n for n in data.notes)
+
+
+def test_regression_sign_accuracy_leaves_neutral_targets_out():
+    """Hand-worked: outputs [1, -1, 0.5, 2] for targets [2, 1, 0, -1]: the neutral row is
+    not counted; of the other three only the first has the right sign -> 1/3."""
+    from rnnlens.data.batching import Batch
+    from rnnlens.heads.classify import RegressionHead
+
+    head = RegressionHead(4)
+    t = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    batch = Batch(torch.ones(4, 1, dtype=torch.long), torch.ones(4, 1, dtype=torch.bool), torch.ones(4), t)
+    m = head.finalize(head.metrics(torch.tensor([1.0, -1.0, 0.5, 2.0]), batch))
+    assert m["sign_accuracy"] == pytest.approx(1 / 3)
+    assert m["mse"] == pytest.approx((1 + 4 + 0.25 + 9) / 4)

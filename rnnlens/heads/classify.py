@@ -108,7 +108,8 @@ class RegressionHead(ClassificationHead):
     def metrics(self, output, batch) -> dict:
         err = output - batch.targets.to(output.dtype)
         return {"sse": float((err * err).sum()), "n": float(len(batch)),
-                "sign_ok": float(((output > 0) == (batch.targets > 0)).sum()),
+                # neutral targets (0) have no sign: left out of the sign accuracy's count and total
+                "sign_ok": float((((output > 0) == (batch.targets > 0)) & (batch.targets != 0)).sum()),
                 "nonzero": float((batch.targets != 0).sum())}
 
     def finalize(self, m: dict) -> dict[str, float]:
