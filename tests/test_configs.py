@@ -26,7 +26,9 @@ def test_config_loads_with_every_budget(path):
         cfg = load_config_file(path, budget=budget)
         assert cfg.model.cell in CELLS
         # <data>-<cell>.json
-        assert path.stem == f"{cfg.data.corpus}-{cfg.model.cell}"
+        stem = f"{cfg.data.corpus}-{cfg.model.cell}"
+        # the same row at several depths: <corpus>-<cell>-<L>layer
+        assert path.stem == stem or path.stem == f"{stem}-{cfg.model.layers}layer"
 
 
 def test_paper_sizes():

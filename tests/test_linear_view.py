@@ -7,8 +7,11 @@ from rnnlens.cells import CELLS
 from rnnlens.cells.base import LinearView
 from test_cells import E, make, padded_batch
 
+# max-plus cells have views in their own semiring (tests/test_rational.py)
+REAL_VIEWS = [n for n in CELLS if "maxplus" not in n]
 
-@pytest.mark.parametrize("name", list(CELLS))
+
+@pytest.mark.parametrize("name", REAL_VIEWS)
 def test_view_matches_jacobian_and_value_at_zero(name):
     cell = make(name)
     x = torch.randn(2, 4, E, dtype=torch.float64)
@@ -35,7 +38,7 @@ def test_elman_relu_view():
     assert max_diff(view.matrix(1)[0], torch.autograd.functional.jacobian(f, zero)) < 1e-12
 
 
-@pytest.mark.parametrize("name", list(CELLS))
+@pytest.mark.parametrize("name", REAL_VIEWS)
 def test_structured_products_equal_the_dense_matrix(name):
     cell = make(name)
     x, mask, _ = padded_batch()

@@ -9,6 +9,9 @@ from rnnlens.analysis.ngrams import (explain, initial_part, ngram_scores, ngram_
 from rnnlens.cells import CELLS, DenseView
 from test_cells import E, make, padded_batch
 
+# max-plus cells have views in their own semiring (tests/test_rational.py)
+REAL_VIEWS = [n for n in CELLS if "maxplus" not in n]
+
 
 def hand_view(mask=None, h0=None):
     """S = 2, T = 3: A(x2) swaps the coordinates, A(x3) = diag(2, 0.5);
@@ -55,7 +58,7 @@ def test_hand_fixture_with_start_state_and_padding():
     assert not ngram_scores(masked, torch.ones(2, dtype=torch.float64))[0, 2].any()
 
 
-@pytest.mark.parametrize("name", list(CELLS))
+@pytest.mark.parametrize("name", REAL_VIEWS)
 def test_engine_identities_on_real_views(name):
     cell = make(name)
     x, mask, lengths = padded_batch()

@@ -3,7 +3,8 @@ from .base import Cell, DenseView, LinearView, StructuredView
 from .baselines import BASELINE_CELLS
 from .classic import GRU, LSTM, Elman, from_torch
 from .ngram import NGRAM_CELLS
+from .rational import RATIONAL_CELLS
 
-CELLS = {"elman": Elman, "gru": GRU, "lstm": LSTM, **NGRAM_CELLS, **BASELINE_CELLS}
+CELLS = {"elman": Elman, "gru": GRU, "lstm": LSTM, **NGRAM_CELLS, **BASELINE_CELLS, **RATIONAL_CELLS}
 
 __all__ = ["CELLS", "Cell", "DenseView", "LinearView", "StructuredView", "Elman", "GRU", "LSTM", "from_torch"]

@@ -20,8 +20,8 @@ class LMHead(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.adaptive = None
         self.proj = None
-        if cutoffs:
-            cut = [c for c in cutoffs if c < vocab_size - 1]
+        cut = [c for c in (cutoffs or []) if c < vocab_size - 1]
+        if cut:             # (cutoffs above a small vocabulary leave nothing: a full softmax)
             self.adaptive = nn.AdaptiveLogSoftmaxWithLoss(input_size, vocab_size, cut, div_value=4.0)
             return
         dim = embedding.embedding_dim if tie else input_size

@@ -1,0 +1,298 @@
+"""Rational recurrences (Peng, Schwartz, Thomson and Smith, EMNLP 2018): cells whose every
+hidden dimension is the Forward score of a small weighted finite-state automaton (WFSA).
+
+All gates come from one input projection of all time steps; the recurrences are
+elementwise, c_t = f_t (x) c_{t-1} (+) u_t, run by ops.elementwise.elementwise_scan (a
+chunked two-pass scan with its own backward). In the real semiring (x) is * and (+) is +;
+in max-plus (x) is + and (+) is max, f is a log-gate and the state is the best path score.
+
+    RRNN(B)      WFSA B (Figure 1, 2 states), Appendix D eq. 23 (and 24 in max-plus):
+                 f = s(W_f v + b_f), u = (1 - f) * W_u v, c = f * c + u
+    RRNN(C)      WFSA C (Figure 2, 3 states), eq. 25: a second pattern state,
+                 c2 = f2 * c2 + c1_{t-1} * u2, read out c2
+    RRNN(F)      WFSA F (Figure 4, 4 states with an epsilon transition), eq. 26:
+                 c2 = f2 * c2 + (c1_{t-1} + r) * u2, c = p1 * c1 + p2 * c2,
+                 p = s(b_p), r = s(b_r) input-independent (final and epsilon weights)
+    n-gram       the (n+1)-state WFSA of Appendix B: c_j = f_j * c_j + c_{j-1, t-1} * u_j
+    output       h = tanh(o * c) with the optional output gate o = s(W_o v + b_o) (eq. 23d-e;
+                 max-plus: tanh(o + c) with o = log s(.)), or h = tanh(c) without it.
+
+In max-plus, u is W_u v without the (1 - f) factor (the semiring has no negation, eq. 24),
+f and o are log-sigmoids, p and r enter as log p and log r, and the state starts at -inf
+(the semiring's zero: no path yet). Every model's state recurrence is exactly an affine
+recurrence in its semiring with block-diagonal A (`RationalView`), so the decomposition
+engine explains the state c with no remainder; h = tanh(o * c) is the cell's output on top.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops.semiring import get_semiring
+from .base import Cell, LinearView
+
+try:
+    from ..ops.elementwise import elementwise_scan
+except ImportError:  # pragma: no cover - while the fast scan is being written
+    from ..ops.elementwise import elementwise_scan_ref as elementwise_scan
+
+
+class RationalView(LinearView):
+    """A(x_t) made of K x K diagonal blocks on the state [c_1; ...; c_K] (each [H]):
+    (A s)_k = (+)_j a[k, j] (x) s_j elementwise, in the view's semiring.
+
+    coef: [B, T, K, K, H] block diagonals, the semiring's zero where a block is absent
+    g:    [B, T, K*H]
+    readout: the last block (the c the cell's output reads)."""
+
+    def __init__(self, g, coef, mask, semiring="real"):
+        sr = get_semiring(semiring)
+        self.sr = sr
+        self.semiring = sr.name
+        B, T, K, _, H = coef.shape
+        self.K, self.H = K, H
+        if mask is not None:
+            g = torch.where(mask[..., None], g, torch.full_like(g, sr.zero))
+        super().__init__(g, None, slice((K - 1) * H, K * H), exact=True)
+        self.mask = mask
+        self.coef = coef
+
+    def _apply(self, t, V):
+        B, N, _ = V.shape
+        Vb = V.view(B, N, 1, self.K, self.H)                      # [B,N,1(k),K(j),H]
+        a = self.coef[:, t, None]                                 # [B,1,K,K,H]
+        return self.sr.sum(self.sr.times(a, Vb), 3).reshape(B, N, self.K * self.H)
+
+    def _rapply(self, t, R):
+        B, N, _ = R.shape
+        Rb = R.view(B, N, self.K, 1, self.H)                      # rows: r_k a[k, j]
+        a = self.coef[:, t, None]
+        return self.sr.sum(self.sr.times(Rb, a), 2).reshape(B, N, self.K * self.H)
+
+    def step(self, t, s):
+        return self.sr.plus(self.apply(t, s[:, None, :])[:, 0], self.g[:, t])
+
+    def unroll(self):
+        B, T, S = self.g.shape
+        s = self.g.new_full((B, S), self.sr.zero) if self.h0 is None else self.h0
+        out = []
+        for t in range(T):
+            s = self.step(t, s)
+            out.append(s)
+        return torch.stack(out, 1)
+
+
+class RationalCell(Cell):
+    """Base of the RRNN family; subclasses set `pattern` ("b", "c", "f" or "ngram") and n."""
+
+    pattern = "b"
+
+    def __init__(self, input_size: int, hidden_size: int, n: int = 1, semiring: str = "real",
+                 output_gate: bool = False):
+        super().__init__()
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.n = n
+        self.sr = get_semiring(semiring)
+        if self.sr.name not in ("real", "max-plus"):
+            raise ValueError(f"rational cells run in the real or max-plus semiring, not {self.sr.name}")
+        self.output_gate = output_gate
+        self.recurrent_dropout = 0.0
+        rows = 2 * n + (1 if output_gate else 0)                  # (u_j, f_j) for each j, then o
+        self.weight = nn.Parameter(torch.empty(rows * hidden_size, input_size))
+        self.bias = nn.Parameter(torch.zeros(rows * hidden_size))
+        keep = torch.ones(rows, hidden_size)
+        keep[0: 2 * n: 2] = 0                                     # u = W_u v has no bias (Appendix D)
+        self.register_buffer("bias_mask", keep.reshape(-1), persistent=False)
+        if self.pattern == "f":
+            self.bias_p = nn.Parameter(torch.zeros(2 * hidden_size))   # final weights p = s(b_p)
+            self.bias_r = nn.Parameter(torch.zeros(hidden_size))       # epsilon weight r = s(b_r)
+        self.blocks = n + (1 if self.pattern == "f" else 0)
+        self.state_size = self.blocks * hidden_size
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = (3.0 / self.input_size) ** 0.5
+        nn.init.uniform_(self.weight, -bound, bound)
+        with torch.no_grad():
+            self.bias.zero_()
+
+    def extra_repr(self) -> str:
+        return (f"{self.input_size}, {self.hidden_size}, n={self.n}, semiring={self.sr.name}, "
+                f"output_gate={self.output_gate}")
+
+    def initial_state(self, batch: int, dtype=None, device=None) -> torch.Tensor:
+        p = self.weight
+        return torch.full((batch, self.state_size), self.sr.zero, dtype=dtype or p.dtype, device=device or p.device)
+
+    # --- gates -------------------------------------------------------------------------
+    def gates(self, x: torch.Tensor):
+        """x[B,T,E] -> (u [n,B,T,H], f [n,B,T,H], o [B,T,H] or None), in the semiring's terms."""
+        H, n = self.hidden_size, self.n
+        P = F.linear(x, self.weight, self.bias * self.bias_mask)
+        P = P.view(*x.shape[:-1], -1, H)
+        pu, pf = P[..., 0: 2 * n: 2, :], P[..., 1: 2 * n: 2, :]
+        pu, pf = pu.movedim(-2, 0), pf.movedim(-2, 0)
+        po = P[..., 2 * n, :] if self.output_gate else None
+        if self.sr.name == "real":
+            f = torch.sigmoid(pf)
+            u = (1 - f) * pu
+            o = torch.sigmoid(po) if po is not None else None
+        else:
+            f = F.logsigmoid(pf)
+            u = pu
+            o = F.logsigmoid(po) if po is not None else None
+        return u, f, o
+
+    def _pr(self, dtype):
+        """(p1, p2, r) of RRNN(F) in the semiring's terms (log in max-plus)."""
+        H = self.hidden_size
+        if self.sr.name == "real":
+            p, r = torch.sigmoid(self.bias_p), torch.sigmoid(self.bias_r)
+        else:
+            p, r = F.logsigmoid(self.bias_p), F.logsigmoid(self.bias_r)
+        return p[:H].to(dtype), p[H:].to(dtype), r.to(dtype)
+
+    # --- the recurrence --------------------------------------------------------------
+    def _scan(self, x, mask, s):
+        H, sr = self.hidden_size, self.sr
+        u, f, _ = self.gates(x)
+        s0 = s.view(s.shape[0], self.blocks, H)
+        blocks, prev = [], None
+        for j in range(self.n):
+            uj = u[j]
+            if j:
+                # enter pattern state j from state j-1 as it was *before* this token
+                before = torch.cat([s0[:, j - 1, None], prev[:, :-1]], 1)
+                if self.pattern == "f" and j == 1:
+                    before = sr.plus(before, self._pr(x.dtype)[2])
+                uj = sr.times(before, uj)
+            c = elementwise_scan(f[j], uj, s0[:, j], semiring=sr.name, mask=mask)
+            blocks.append(c)
+            prev = c
+        if self.pattern == "f":
+            p1, p2, _ = self._pr(x.dtype)
+            blocks.append(sr.plus(sr.times(p1, blocks[0]), sr.times(p2, blocks[1])))
+        states = torch.cat(blocks, -1)
+        return states, states[:, -1]
+
+    def step(self, x_t, s):
+        """The plain per-step reference, written from Appendix D's equations."""
+        H, sr = self.hidden_size, self.sr
+        u, f, _ = self.gates(x_t[:, None])
+        u, f = u[:, :, 0], f[:, :, 0]
+        c = list(s.view(s.shape[0], self.blocks, H).unbind(1))
+        new = []
+        for j in range(self.n):
+            enter = u[j] if j == 0 else sr.times(c[j - 1], u[j])
+            if self.pattern == "f" and j == 1:
+                enter = sr.times(sr.plus(c[0], self._pr(x_t.dtype)[2]), u[1])
+            new.append(sr.plus(sr.times(f[j], c[j]), enter))
+        if self.pattern == "f":
+            p1, p2, _ = self._pr(x_t.dtype)
+            new.append(sr.plus(sr.times(p1, new[0]), sr.times(p2, new[1])))
+        return torch.cat(new, -1)
+
+    def _out(self, x, states, mask=None):
+        c = states[..., (self.blocks - 1) * self.hidden_size:]
+        if self.output_gate:
+            o = self.gates(x)[2]
+            if mask is not None:    # a pad position repeats the output of the last real token
+                last = (mask.long().cumsum(1) - 1).clamp(min=0)
+                o = o.gather(1, last[..., None].expand_as(o))
+            c = self.sr.times(o, c)
+        h = torch.tanh(c)
+        if self.training and self.recurrent_dropout > 0:   # one mask per sequence, all steps
+            keep = 1.0 - self.recurrent_dropout
+            h = h * (torch.bernoulli(h.new_full((h.shape[0], 1, h.shape[2]), keep)) / keep)
+        return h
+
+    def forward(self, x, mask=None, state=None):
+        states, final = self.scan(x, mask, state)
+        return self._out(x, states, mask), final
+
+    def step_loop(self, x, mask=None, state=None):
+        if state is None:
+            state = self.initial_state(x.shape[0], x.dtype, x.device)
+        outs = []
+        for t in range(x.shape[1]):
+            new = self.step(x[:, t], state)
+            state = new if mask is None else torch.where(mask[:, t, None], new, state)
+            outs.append(state)
+        return self._out(x, torch.stack(outs, 1), mask), state
+
+    def output(self, s):
+        """tanh of the read-out state (the output gate needs the input: see forward)."""
+        return torch.tanh(s[..., (self.blocks - 1) * self.hidden_size:])
+
+    def recurrent_weights(self):
+        return []          # no recurrent matrix: the recurrences are elementwise
+
+    # --- the exact view --------------------------------------------------------------
+    def linear_view(self, x, mask=None) -> RationalView:
+        """The state recurrence s_t = A(x_t) (x) s_{t-1} (+) g(x_t) in the semiring, exactly."""
+        H, n, K, sr = self.hidden_size, self.n, self.blocks, self.sr
+        u, f, _ = self.gates(x)
+        B, T = x.shape[:2]
+        coef = x.new_full((B, T, K, K, H), sr.zero)
+        g = x.new_full((B, T, K, H), sr.zero)
+        for j in range(n):
+            coef[:, :, j, j] = f[j]
+            if j:
+                coef[:, :, j, j - 1] = u[j]
+        g[:, :, 0] = u[0]
+        if self.pattern == "f":
+            p1, p2, r = self._pr(x.dtype)
+            g[:, :, 1] = sr.times(r, u[1])                       # the epsilon path q0 -> q3 -> q2
+            # c = p1 (x) c1 (+) p2 (x) c2 at the new step, in terms of the previous state
+            coef[:, :, 2, 0] = sr.plus(sr.times(p1, f[0]), sr.times(p2, u[1]))
+            coef[:, :, 2, 1] = sr.times(p2, f[1])
+            g[:, :, 2] = sr.plus(sr.times(p1, u[0]), sr.times(p2, sr.times(r, u[1])))
+        return RationalView(g.reshape(B, T, K * H), coef, mask, sr.name)
+
+
+class RRNNB(RationalCell):
+    pattern = "b"
+
+    def __init__(self, input_size, hidden_size, semiring="real", output_gate=False):
+        super().__init__(input_size, hidden_size, 1, semiring, output_gate)
+
+
+class RRNNC(RationalCell):
+    pattern = "c"
+
+    def __init__(self, input_size, hidden_size, semiring="real", output_gate=False):
+        super().__init__(input_size, hidden_size, 2, semiring, output_gate)
+
+
+class RRNNF(RationalCell):
+    pattern = "f"
+
+    def __init__(self, input_size, hidden_size, semiring="real", output_gate=False):
+        super().__init__(input_size, hidden_size, 2, semiring, output_gate)
+
+
+class NGramRational(RationalCell):
+    """The (n+1)-state WFSA of Appendix B (RRNN(C) is n = 2, RRNN(B) n = 1)."""
+
+    pattern = "ngram"
+
+    def __init__(self, input_size, hidden_size, n=3, semiring="real", output_gate=False):
+        super().__init__(input_size, hidden_size, n, semiring, output_gate)
+
+
+def _named(cls, **fixed):
+    def make(input_size, hidden_size, **kw):
+        return cls(input_size, hidden_size, **{**fixed, **kw})
+    make.__name__ = cls.__name__
+    return make
+
+
+RATIONAL_CELLS = {
+    "rrnn-b": _named(RRNNB), "rrnn-b-maxplus": _named(RRNNB, semiring="max-plus"),
+    "rrnn-c": _named(RRNNC), "rrnn-f": _named(RRNNF),
+    "rrnn-b-gated": _named(RRNNB, output_gate=True), "rrnn-b-maxplus-gated": _named(RRNNB, semiring="max-plus",
+                                                                                     output_gate=True),
+    "rrnn-c-gated": _named(RRNNC, output_gate=True), "rrnn-f-gated": _named(RRNNF, output_gate=True),
+    "rrnn-3gram": _named(NGramRational, n=3),
+}

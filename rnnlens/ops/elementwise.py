@@ -1,0 +1,219 @@
+"""Elementwise semiring recurrences: c_t = f_t (x) c_{t-1} (+) u_t, one per coordinate.
+
+This is the recurrence of every rational RNN (rational recurrences, eq. 5c; unrolled,
+eq. 6: c_t = (+)_{j<=t} u_j (x) f_{j+1} (x) ... (x) f_t over the semiring):
+
+    real       c_t = f_t * c_{t-1} + u_t                  (eq. 5c)
+    max-plus   c_t = max(f_t + c_{t-1}, u_t)              (eq. 21c; f_t = log sigma(.), eq. 21a)
+    log        c_t = logaddexp(f_t + c_{t-1}, u_t)
+    min-plus   c_t = min(f_t + c_{t-1}, u_t)
+
+Shapes: f, u [B,T,D] (or anything that broadcasts to it: a shared [D] bias is fine, and its
+gradient is summed over batch and time), c0 [B,D] or [D] (default: the semiring's zero),
+mask [B,T] bool (False = pad: the state is kept, c_t = c_{t-1}, and f_t, u_t get no
+gradient). Both functions return every state c [B,T,D]; the final state is c[:, -1].
+
+`elementwise_scan_ref` is the plain loop, written like the equation, with autograd doing
+the backward. `elementwise_scan` is the fast path, a chunked two-pass scan with its own
+backward; it builds no graph of T steps and takes about 2*sqrt(T) Python-level steps
+instead of T (each over more data), which pays where a step's fixed cost dominates (a GPU
+kernel launch, small B*D):
+
+1. Split T into n chunks of L steps. Pass 1 runs the recurrence inside all chunks at once,
+   each from zero: L steps over [B,n,D] slices give the local states l_t, and alongside the
+   (x)-prefix of the gates inside each chunk, F_t = f_{s+1} (x) ... (x) f_t (s + 1 the
+   chunk's first step): a running product (real) or sum (the log-weight semirings).
+2. Pass 2 carries the state across chunk boundaries, n steps over [B,D]:
+   carry_k = F_end(k) (x) carry_{k-1} (+) l_end(k), carry_0 = c0; then every position is
+   fixed up in one vectorised operation: c_t = l_t (+) F_t (x) carry_{k-1}.
+
+The chunks are strided views of the [B,T,D] tensors (no copy into a chunked layout), and
+l_t is written straight into the output. When L does not divide T, the last T mod L < L
+steps run one at a time after the chunks instead of being padded with identity steps
+(f = one, u = zero), which would copy f and u. A masked position is such an identity step:
+f and u are replaced there before the scan (torch.where, so their gradient is 0 there),
+and the scan itself knows nothing of masks.
+
+Why a running product and not exp(cumsum(log|f|)) for the real gates: the chunked scan
+never divides by a gate product (unlike the closed form c_t = P_t * sum_j u_j / P_j), and a
+product runs over at most L <= 64 gates, so with |f| <= 1 it can only underflow towards 0,
+which is its correctly rounded value, and no inf or NaN can appear for any T (tested at
+T = 4096 in float32, with gates small enough that the products do underflow). With
+|f| > 1 a product of L gates overflows only where the states themselves are of that size.
+(torch.cumprod would do the same, but on the CPU it is several times slower than the loop.)
+
+The backward is the same engine in the real semiring, run backwards in time: with
+J_t = dc_t/dc_{t-1}, the adjoint g_t = dL/dc_t is
+
+    g_t = dL/dc_t (direct) + J_{t+1} g_{t+1},     du_t = (dc_t/du_t) g_t,
+    df_t = (dc_t/df_t) g_t,                        dc0 = J_1 g_1,
+
+    real       J_t = f_t,  dc_t/df_t = c_{t-1},  dc_t/du_t = 1
+    max-plus   J_t = dc_t/df_t = a_t, dc_t/du_t = 1 - a_t, a_t = [f_t + c_{t-1} >= u_t]
+    min-plus   the same with a_t = [f_t + c_{t-1} <= u_t]
+    log        J_t = dc_t/df_t = exp(f_t + c_{t-1} - c_t), dc_t/du_t = exp(u_t - c_t)
+               (the softmax weights of the two branches)
+
+Ties: in max-plus and min-plus a tie goes wholly to the carried branch f_t + c_{t-1}
+(torch.maximum would split it in halves); in the log semiring, where both branches are
+-inf (so c_t = -inf), the carried branch likewise takes weight 1. So an identity step
+(u = zero) always passes the gradient on unchanged, even from a state that is itself zero.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from ..errors import RnnlensError
+from .semiring import SEMIRINGS, Semiring, get_semiring
+
+
+def elementwise_scan_ref(f: torch.Tensor, u: torch.Tensor, c0: torch.Tensor | None = None,
+                         semiring: str | Semiring = "real", mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Reference: c_t = f_t (x) c_{t-1} (+) u_t one step at a time (eq. 5c / 21c), kept at pads.
+    f, u [B,T,D] (broadcastable), c0 [B,D] or None (zero), mask [B,T] bool -> c [B,T,D]."""
+    sr = get_semiring(semiring)
+    f, u = torch.broadcast_tensors(f, u)
+    B, T, D = f.shape
+    c = f.new_full((B, D), sr.zero) if c0 is None else c0.expand(B, D)
+    keep = [None] * T if mask is None else mask.unbind(1)
+    out = []
+    # unbind, not f[:, t]: the backward of T selects would write T zero tensors of [B,T,D]
+    for f_t, u_t, m_t in zip(f.unbind(1), u.unbind(1), keep):
+        new = sr.plus(sr.times(f_t, c), u_t)
+        c = new if m_t is None else torch.where(m_t[:, None], new, c)
+        out.append(c)
+    return torch.stack(out, 1) if out else f.new_empty(B, 0, D)
+
+
+def default_chunk(T: int) -> int:
+    """Chunk length L for T steps: about sqrt(T) (pass 1 takes L steps, pass 2 T/L), in [8, 64],
+    and never longer than T."""
+    return max(1, min(T, 64, max(8, round(math.sqrt(T)))))
+
+
+def elementwise_scan(f: torch.Tensor, u: torch.Tensor, c0: torch.Tensor | None = None,
+                     semiring: str | Semiring = "real", mask: torch.Tensor | None = None,
+                     chunk: int | None = None) -> torch.Tensor:
+    """Fast path of elementwise_scan_ref (same arguments, same result): the chunked two-pass
+    scan of the module docstring, with its own backward. f, u [B,T,D] (broadcastable),
+    c0 [B,D] or [D] or None (the semiring's zero), mask [B,T] bool or None, chunk = L
+    (default_chunk(T) if None) -> c [B,T,D]. Differentiable in f, u and c0 (once: the
+    backward is not itself differentiable). Device- and dtype-agnostic (float32/64)."""
+    sr = get_semiring(semiring)
+    if not (f.is_floating_point() and u.is_floating_point()):
+        raise RnnlensError(f"f and u must be floating point, got {f.dtype} and {u.dtype}")
+    dtype = torch.promote_types(f.dtype, u.dtype)
+    f, u = torch.broadcast_tensors(f.to(dtype), u.to(dtype))
+    if f.dim() != 3:
+        raise RnnlensError(f"f and u must broadcast to [B,T,D], got shape {tuple(f.shape)}")
+    B, T, D = f.shape
+    c0 = f.new_full((B, D), sr.zero) if c0 is None else c0.to(dtype).expand(B, D)
+    if chunk is not None and int(chunk) < 1:
+        raise RnnlensError(f"chunk must be a positive number of steps, got {chunk}")
+    if mask is not None:
+        if tuple(mask.shape) != (B, T):
+            raise RnnlensError(f"mask must be [B,T] = {[B, T]}, got {list(mask.shape)}")
+        keep = mask.to(device=f.device, dtype=torch.bool)[..., None]
+        f, u = torch.where(keep, f, sr.one), torch.where(keep, u, sr.zero)   # pads: identity steps
+    if T == 0:
+        return f.new_empty(B, 0, D)
+    L = default_chunk(T) if chunk is None else min(int(chunk), T)
+    return _ElementwiseScan.apply(f, u, c0, sr.name, L)
+
+
+class _ElementwiseScan(torch.autograd.Function):
+    """c = scan(f, u, c0) and its adjoint scan; see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, f, u, c0, name, L):
+        c = f.new_empty(f.shape)
+        _scan_into(c, name, f, u, c0, L)
+        ctx.save_for_backward(f, u, c0, c)
+        ctx.name, ctx.L = name, L
+        return c
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dc):
+        f, u, c0, c = ctx.saved_tensors
+        name = ctx.name
+        T = c.shape[1]
+        # J_t for t >= 2 (0-based 1..T-1) are the reverse scan's gates; J_1 only feeds dc0.
+        J = f[:, 1:] if name == "real" else _carry_weight(name, f[:, 1:], c[:, :-1], u[:, 1:], c[:, 1:])
+        J1 = f[:, 0] if name == "real" else _carry_weight(name, f[:, 0], c0, u[:, 0], c[:, 0])
+        g = torch.empty_like(c)
+        g[:, -1] = dc[:, -1]
+        if T > 1:       # g_t = dc_t + J_{t+1} g_{t+1}, from g_T = dc_T backwards
+            _scan_into(g[:, :-1], "real", J, dc[:, :-1], dc[:, -1], min(ctx.L, T - 1), reverse=True)
+        df = du = dc0 = None
+        if ctx.needs_input_grad[0] or (ctx.needs_input_grad[1] and name in ("max-plus", "min-plus")):
+            df = torch.empty_like(g)            # dc_t/df_t: c_{t-1} (real), else J_t
+            torch.mul(g[:, 1:], c[:, :-1] if name == "real" else J, out=df[:, 1:])
+            torch.mul(g[:, 0], c0 if name == "real" else J1, out=df[:, 0])
+        if ctx.needs_input_grad[1]:
+            if name == "real":
+                du = g
+            elif name == "log":
+                du = g * torch.exp(u - c).masked_fill_(torch.isneginf(c), 0.0)
+            else:
+                du = g - df                     # dc_t/du_t = 1 - a_t
+        if ctx.needs_input_grad[2]:
+            dc0 = J1 * g[:, 0]
+        return df if ctx.needs_input_grad[0] else None, du, dc0, None, None
+
+
+def _carry_weight(name, f, prev, u, c):
+    """dc_t/dc_{t-1} (= dc_t/df_t) for the log-weight semirings, ties to the carried branch."""
+    s = f + prev
+    if name == "log":
+        return torch.exp(s - c).masked_fill_(torch.isneginf(c), 1.0)
+    return ((s >= u) if name == "max-plus" else (s <= u)).to(c.dtype)
+
+
+def _step(name, f, c, u, out):
+    """out = f (x) c (+) u, elementwise: out may be one of the inputs, never a partial overlap."""
+    if name == "real":
+        return torch.addcmul(u, f, c, out=out)
+    torch.add(f, c, out=out)
+    return _PLUS[name](out, u, out=out)
+
+
+_PLUS = {"max-plus": torch.maximum, "log": torch.logaddexp, "min-plus": torch.minimum}
+
+
+def _scan_into(out, name, f, u, c0, L, reverse=False):
+    """out[B,T,D] = the scan c_t = f_t (x) c_{t-1} (+) u_t from c_0 = c0 [B,D], or with
+    reverse=True c_t = f_t (x) c_{t+1} (+) u_t from c_{T+1} = c0. No autograd; f, u, out may
+    be any strided [B,T,D] views (out must not overlap f or u)."""
+    B, T, D = out.shape
+    n, r = divmod(T, L)
+    span = slice(r, T) if reverse else slice(0, n * L)            # the full chunks
+    f4, u4, c4 = (x[:, span].unflatten(1, (n, L)) for x in (f, u, out))    # [B,n,L,D] views
+    js = range(L - 1, -1, -1) if reverse else range(L)
+    # Pass 1: every chunk from zero at once; zero is the (x)-annihilator, so l = u at the start.
+    F = f4.new_empty(B, n, L, D)
+    c4[:, :, js[0]] = u4[:, :, js[0]]
+    F[:, :, js[0]] = f4[:, :, js[0]]
+    times = torch.mul if name == "real" else torch.add
+    for p, j in zip(js, js[1:]):
+        _step(name, f4[:, :, j], c4[:, :, p], u4[:, :, j], c4[:, :, j])
+        times(F[:, :, p], f4[:, :, j], out=F[:, :, j])
+    # Pass 2: the state entering each chunk, then every position fixed up at once.
+    ks = range(n - 1, -1, -1) if reverse else range(n)
+    end = js[-1]
+    carry = f4.new_empty(B, n, D)
+    carry[:, ks[0]] = c0
+    for p, k in zip(ks, ks[1:]):
+        _step(name, F[:, p, end], carry[:, p], c4[:, p, end], carry[:, k])
+    if name == "real":
+        c4.addcmul_(F, carry[:, :, None])
+    else:
+        _PLUS[name](c4, F.add_(carry[:, :, None]), out=c4)
+    # The T mod L steps left over, one at a time.
+    prev = r if reverse else n * L - 1
+    for t in (range(r - 1, -1, -1) if reverse else range(n * L, T)):
+        _step(name, f[:, t], out[:, prev], u[:, t], out[:, t])
+        prev = t
