@@ -74,17 +74,40 @@ def ngram_scores(view: LinearView, w: torch.Tensor) -> torch.Tensor:
     V = view.g.new_empty(B, T, S)
     Wt = W.T.contiguous()
     dense = _cheap_dense(view)
+    lstm = _lstm_in_place(view)
     for t in range(T):
         if t:
             if dense and t > S // 8:
                 # many vectors: build A(x_t) once (O(K S^2)) and apply it as one GEMM,
                 # S^2 per vector instead of the structured product's K S^2
                 V[:, :t] = V[:, :t] @ view.matrix(t).transpose(1, 2)
+            elif lstm is not None and (view.mask is None or bool(view.mask[:, t].all())):
+                lstm(t, V[:, :t])
             else:
                 V[:, :t] = view.apply(t, V[:, :t])
         V[:, t] = view.g[:, t]
         out[:, t, : t + 1] = V[:, : t + 1] @ Wt
     return _zero_invalid(view, out)
+
+
+def _lstm_in_place(view: LinearView):
+    """For an LSTMView without the W_hf term: a function (t, V) applying A(x_t) to V[B,K,2H]
+    in place (one [K,H] x [H,3H] product, then the block form written into V's halves),
+    or None for other views."""
+    from ..cells.classic import LSTMView
+
+    if not isinstance(view, LSTMView) or view.a_f is not None:
+        return None
+    H = view.H
+    W3t = torch.cat([view.W[:H], view.W[2 * H:]]).T.contiguous()
+
+    def apply(t, V):
+        vc, vh = V[..., :H], V[..., H:]
+        ui, ug, uo = (vh @ W3t).split(H, -1)
+        col = lambda a: a[:, t, None]                       # noqa: E731
+        vc.mul_(col(view.f)).addcmul_(ui, col(view.a_i)).addcmul_(ug, col(view.a_g))      # u
+        vh.copy_(uo).mul_(col(view.a_o)).addcmul_(vc, col(view.k))
+    return apply
 
 
 def _cheap_dense(view: LinearView) -> bool:

@@ -225,7 +225,13 @@ class LSTMView(LinearView):
     def _rapply(self, t, R):
         rc, rh = R.split(self.H, -1)
         q = rc + rh * self.k[:, t, None]
-        qf = q * self.a_f[:, t, None] if self.a_f is not None else torch.zeros_like(q)
+        if self.a_f is None:        # 3 blocks: no zero W_hf block in the product
+            if getattr(self, "_W3", None) is None:
+                H = self.H
+                self._W3 = torch.cat([self.W[:H], self.W[2 * H:]])
+            coef = torch.cat([q * self.a_i[:, t, None], q * self.a_g[:, t, None], rh * self.a_o[:, t, None]], -1)
+            return torch.cat([q * self.f[:, t, None], coef @ self._W3], -1)
+        qf = q * self.a_f[:, t, None]
         coef = torch.cat([q * self.a_i[:, t, None], qf,
                           q * self.a_g[:, t, None], rh * self.a_o[:, t, None]], -1)
         return torch.cat([q * self.f[:, t, None], coef @ self.W], -1)

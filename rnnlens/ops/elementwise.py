@@ -62,12 +62,13 @@ Ties: in max-plus and min-plus a tie goes wholly to the carried branch f_t + c_{
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import torch
 from torch.autograd.function import once_differentiable
 
 from ..errors import RnnlensError
-from .semiring import SEMIRINGS, Semiring, get_semiring
+from .semiring import Semiring, get_semiring
 
 
 def elementwise_scan_ref(f: torch.Tensor, u: torch.Tensor, c0: torch.Tensor | None = None,
@@ -148,28 +149,27 @@ class _ElementwiseScan(torch.autograd.Function):
         g[:, -1] = dc[:, -1]
         if T > 1:       # g_t = dc_t + J_{t+1} g_{t+1}, from g_T = dc_T backwards
             _scan_into(g[:, :-1], "real", J, dc[:, :-1], dc[:, -1], min(ctx.L, T - 1), reverse=True)
-        df = du = dc0 = None
+        dc0 = J1 * g[:, 0] if ctx.needs_input_grad[2] else None
+        df = du = None
         if ctx.needs_input_grad[0] or (ctx.needs_input_grad[1] and name in ("max-plus", "min-plus")):
             df = torch.empty_like(g)            # dc_t/df_t: c_{t-1} (real), else J_t
             torch.mul(g[:, 1:], c[:, :-1] if name == "real" else J, out=df[:, 1:])
             torch.mul(g[:, 0], c0 if name == "real" else J1, out=df[:, 0])
-        if ctx.needs_input_grad[1]:
+        if ctx.needs_input_grad[1]:             # in place where possible: g is not needed after this
             if name == "real":
                 du = g
             elif name == "log":
-                du = g * torch.exp(u - c).masked_fill_(torch.isneginf(c), 0.0)
+                du = torch.sub(u, c).exp_().masked_fill_(torch.isneginf(c), 0.0).mul_(g)
             else:
-                du = g - df                     # dc_t/du_t = 1 - a_t
-        if ctx.needs_input_grad[2]:
-            dc0 = J1 * g[:, 0]
+                du = g.sub_(df)                 # dc_t/du_t = 1 - a_t
         return df if ctx.needs_input_grad[0] else None, du, dc0, None, None
 
 
 def _carry_weight(name, f, prev, u, c):
     """dc_t/dc_{t-1} (= dc_t/df_t) for the log-weight semirings, ties to the carried branch."""
     s = f + prev
-    if name == "log":
-        return torch.exp(s - c).masked_fill_(torch.isneginf(c), 1.0)
+    if name == "log":       # in place: on the CPU each fresh [B,T,D] buffer costs page faults
+        return s.sub_(c).exp_().masked_fill_(torch.isneginf(c), 1.0)
     return ((s >= u) if name == "max-plus" else (s <= u)).to(c.dtype)
 
 
@@ -195,19 +195,20 @@ def _scan_into(out, name, f, u, c0, L, reverse=False):
     js = range(L - 1, -1, -1) if reverse else range(L)
     # Pass 1: every chunk from zero at once; zero is the (x)-annihilator, so l = u at the start.
     F = f4.new_empty(B, n, L, D)
-    c4[:, :, js[0]] = u4[:, :, js[0]]
-    F[:, :, js[0]] = f4[:, :, js[0]]
+    fs, us, cs, Fs = (x.unbind(2) for x in (f4, u4, c4, F))          # unbind: one call for L views
+    cs[js[0]].copy_(us[js[0]])
+    Fs[js[0]].copy_(fs[js[0]])
     times = torch.mul if name == "real" else torch.add
-    for p, j in zip(js, js[1:]):
-        _step(name, f4[:, :, j], c4[:, :, p], u4[:, :, j], c4[:, :, j])
-        times(F[:, :, p], f4[:, :, j], out=F[:, :, j])
+    for p, j in pairwise(js):
+        _step(name, fs[j], cs[p], us[j], cs[j])
+        times(Fs[p], fs[j], out=Fs[j])
     # Pass 2: the state entering each chunk, then every position fixed up at once.
     ks = range(n - 1, -1, -1) if reverse else range(n)
-    end = js[-1]
     carry = f4.new_empty(B, n, D)
-    carry[:, ks[0]] = c0
-    for p, k in zip(ks, ks[1:]):
-        _step(name, F[:, p, end], carry[:, p], c4[:, p, end], carry[:, k])
+    carries, F_end, l_end = carry.unbind(1), Fs[js[-1]].unbind(1), cs[js[-1]].unbind(1)
+    carries[ks[0]].copy_(c0)
+    for p, k in pairwise(ks):
+        _step(name, F_end[p], carries[p], l_end[p], carries[k])
     if name == "real":
         c4.addcmul_(F, carry[:, :, None])
     else:
