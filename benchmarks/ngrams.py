@@ -4,7 +4,9 @@ batched reference in the same run.
     python -m benchmarks.ngrams                  # 400 tokens, hidden 300, GRU view, 2 threads
     python -m benchmarks.ngrams --length 2000 --cells gru lstm mvma-g
 
-Timed, each as the median of --repeats runs after one warm-up, in float32:
+Timed, each as the best (minimum) of --repeats runs after one warm-up, in float32: other
+work on the machine only ever adds time to a run, so the minimum is the least noisy
+estimate of each method's cost (as timeit recommends):
 - reference: `ngram_scores_ref`, A(x_t) applied to the matrix of all n-grams ending at t-1
   (concatenated anew each step), scores read each step;
 - all scores: `ngram_scores`, the same recursion in one preallocated buffer;
@@ -19,7 +21,6 @@ import argparse
 import datetime
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,7 +37,7 @@ def _time(fn, repeats: int) -> float:
         t0 = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return min(ts)
 
 
 def run(cell_name: str, length: int, hidden: int, repeats: int) -> dict:
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
         "Written by `python -m benchmarks.ngrams` (see its docstring). One run; compare the ratios.", "",
         f"- date: {started}; machine: {platform.platform()}, {os.cpu_count()} CPUs; torch {torch.__version__}, "
         f"threads {args.threads}; 1-minute load average before: {load0:.2f}",
-        f"- one document of {args.length} tokens, hidden {args.hidden}, float32, median of {args.repeats} runs", "",
+        f"- one document of {args.length} tokens, hidden {args.hidden}, float32, best of {args.repeats} runs", "",
         "| cell | reference s | all scores s | x ref time | last token s | ref / last | top-20 (n<=8) s | max diff |",
         "|---|---|---|---|---|---|---|---|",
     ]
