@@ -282,3 +282,18 @@ def test_cuda(name, dtype):
     z, u, c0 = inputs(name, 2, 4096, 8, dtype=torch.float32, device="cuda")
     c, g = outputs_and_grads(elementwise_scan, name, z, u, c0)
     assert c.is_cuda and torch.isfinite(c).all() and all(torch.isfinite(t).all() for t in g)
+
+
+def test_log_semiring_gradient_is_zero_not_nan_where_every_term_is_minus_inf():
+    a = torch.tensor([-math.inf, -math.inf, 0.0], dtype=F64, requires_grad=True)
+    b = torch.tensor([-math.inf, 1.0, math.log(3.0)], dtype=F64, requires_grad=True)
+    out = LOG.plus(a, b)
+    assert out[0] == -math.inf and out[1] == 1.0 and abs(out[2] - math.log(4.0)) < 1e-15
+    out.backward(torch.ones(3, dtype=F64))
+    assert max_diff(a.grad, torch.tensor([0.0, 0.0, 0.25], dtype=F64)) < 1e-15
+    assert max_diff(b.grad, torch.tensor([0.0, 1.0, 0.75], dtype=F64)) < 1e-15
+    x = torch.tensor([[-math.inf, -math.inf], [0.0, math.log(3.0)]], dtype=F64, requires_grad=True)
+    s = LOG.sum(x, 1)
+    assert s[0] == -math.inf and abs(s[1] - math.log(4.0)) < 1e-15
+    s.backward(torch.ones(2, dtype=F64))
+    assert max_diff(x.grad, torch.tensor([[0.0, 0.0], [0.25, 0.75]], dtype=F64)) < 1e-15

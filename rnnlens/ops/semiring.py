@@ -13,6 +13,10 @@ WFSA code, which works on scalars):
 
 In the max-plus, log and min-plus semirings a weight is a log-weight, so a forget gate
 enters as log f (eq. 21a) and times is addition.
+
+Gradients: LOG's plus and sum give gradient 0, not torch's nan, where every term is -inf
+(a state that no path reaches yet): a -inf term contributes exp(-inf) = 0 to any finite
+total downstream, so any finite value is right there, and 0 keeps the nan out.
 """
 from __future__ import annotations
 
@@ -32,6 +36,23 @@ def _logaddexp(a: float, b: float) -> float:
         return a + math.log(2.0) if a != -INF else a
     m, d = (a, b - a) if a > b else (b, a - b)
     return m + math.log1p(math.exp(d))
+
+
+def _log_plus(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """torch.logaddexp, with gradient 0 instead of nan where both terms are -inf."""
+    if not (a.requires_grad or b.requires_grad):
+        return torch.logaddexp(a, b)
+    dead = torch.isneginf(a) & torch.isneginf(b)
+    out = torch.logaddexp(torch.where(dead, 0.0, a), torch.where(dead, 0.0, b))
+    return out.masked_fill(dead, -INF)
+
+
+def _log_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """torch.logsumexp over dim, with gradient 0 instead of nan where every term is -inf."""
+    if not x.requires_grad:
+        return torch.logsumexp(x, dim)
+    dead = torch.isneginf(x).all(dim, keepdim=True)
+    return torch.logsumexp(torch.where(dead, 0.0, x), dim).masked_fill(dead.squeeze(dim), -INF)
 
 
 def _tensors(a, b):
@@ -55,7 +76,7 @@ def _mul(a, b):
 _OPS = {
     "real": (torch.add, _add, _mul, torch.sum, torch.prod),
     "max-plus": (torch.maximum, max, _add, torch.amax, torch.sum),
-    "log": (torch.logaddexp, _logaddexp, _add, torch.logsumexp, torch.sum),
+    "log": (_log_plus, _logaddexp, _add, _log_sum, torch.sum),
     "min-plus": (torch.minimum, min, _add, torch.amin, torch.sum),
 }
 _IDEMPOTENT = {"max-plus", "min-plus"}
