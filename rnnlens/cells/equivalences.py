@@ -1,0 +1,589 @@
+"""Section 4 of the rational-recurrences paper (Peng, Schwartz, Thomson and Smith, EMNLP 2018)
+as code: six published models, each written plainly from its own paper's equations (the
+`*Ref` modules: a per-step Python loop, parameters named as in that paper), and
+`as_rational(module)`, the rnnlens cell with exactly the same state trajectory, built from
+the module's weights. tests/test_equivalences.py checks the states to 1e-12 in float64 and,
+for the elementwise models, the prefix scores of the WFSA the paper names.
+
+Table 1 of the paper, with what runs each row here (B batch, T time, E embedding, H hidden):
+
+  §    model, reference here         state recurrence                  as_rational -> cell   WFSA per dimension
+  4.1  SRU without highway           c = f*c + (1-f)*(W x)             RRNNB                 B (Fig. 1): mu = u, phi = f
+       (Lei et al. 2017b) SRURef                                                             (compile_wfsa)
+  4.1  T-RNN (Balduzzi & Ghifary     h = f*h + (1-f)*(W x)             RRNNB                 B (compile_wfsa)
+       2016) TRNNRef
+  4.1  SCRN context units (Mikolov   s = alpha*s + (1-alpha)*(B x)     RRNNB: f rows 0,      B with phi = alpha for
+       et al. 2014) SCRNRef                                            f bias logit(alpha)   every symbol
+  4.1  QRNN, window 2, f-pooling     c = f*c + u, f and u read         QRNN2 (here)          Appendix A: 2|Σ|+1 states
+       (Bradbury et al. 2017)        [v_{t-1}; v_t], v_0 = 0                                 (make_qrnn2, compile_qrnn2)
+       QRNN2Ref
+  4.2  RCNN, lambda from x_t only    c1 = l*c1 + u1,                   RRNNC (n = 2),        C (Fig. 2), phi1 = phi2 = l;
+       (Lei et al. 2016) RCNNRef     c2 = l*c2 + c1_{t-1}*u2 (eq. 14)  NGramRational (n>2),  n-gram: Appendix B, n+1
+                                                                       every f row = lambda  states (make_ngram)
+  4.3  ISAN (Foerster et al. 2017)   c = W_{x_t} c + b_{x_t} (eq. 16)  ISAN (here), over     D_1..D_d (Fig. 3, App. C,
+       ISANRef                                                         one_hot(tokens)       2d states; compile_isan)
+
+What is rational and what is not:
+- SRU: the state c is rational with or without the highway (h = r*g(c) + (1-r)*x only reads
+  c out); SRURef leaves the highway off, as the paper does, so that h = tanh(c) too. Lei et al. 2018's
+  later SRU adds v*c_{t-1} inside the gates (footnote 5), which is not obviously rational.
+- SCRN: the slow context units s_t are rational (a B automaton whose self-loop weighs alpha
+  for every symbol). The fast units h_t = sigmoid(P s_t + A x_t + R h_{t-1}) are an Elman
+  network and are not rational (the paper's hypothesis in §4.3); rnnlens gives them only the
+  first-order view of cells.classic.Elman. as_rational(SCRNRef) returns the context part.
+- QRNN with window 2: Proposition 11; the WFSA needs a state per previous symbol, so it is
+  not an RRNN cell (compile_wfsa does not apply) and has its own cell, QRNN2.
+- RCNN: rational when lambda is a constant or depends on x_t only (Proposition 12); with
+  lambda = s(W_c c_{t-1} + ...) it is not.
+- ISAN: rational but not elementwise (Proposition 13): the d automata share 2d states.
+
+Conventions that matter for exactness:
+- RationalCell has no bias on u (bias_mask) and applies (1 - f) to u itself, so SRU, T-RNN,
+  SCRN and RCNN (whose u = W x has no bias and no nonlinearity) map exactly; the
+  nonlinearity g of eq. 5b appears only in QRNN2 (tanh, with bias).
+- The RRNN cells' *output* is tanh(c); SRU's h = tanh(c) agrees, T-RNN's output is its
+  state, RCNN's is tanh(c2 + b): compare states (cell.scan(x)[0]), not outputs.
+- ISAN over embeddings: A(x) = reshape(W x + b_W, H, H), g(x) = U x + b_U. With one-hot
+  embeddings (E = V, `one_hot`) these are exactly Foerster's per-symbol W_{x_t} and b_{x_t};
+  as_rational(ISANRef) builds that (biases zero). With learned embeddings the per-token
+  matrices are low rank plus a shared part, as in the MM baseline.
+- Appendix A as written has no path that starts a pattern at t = 1 (q0 must first go to
+  p_{x_1}), so its scores are c_t - u_1 f_2...f_t; make_qrnn2(mu0=...) adds the edges
+  q0 -> q_b weighted by u_1 (the window (v_0 = 0, v_1 = b)), which makes them c_t exactly.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import RnnlensError
+from .base import Cell, DenseView
+from .ngram import AffineCell
+from .rational import RRNNB, RRNNC, NGramRational, RationalView
+
+try:
+    from ..ops.elementwise import elementwise_scan
+except ImportError:  # pragma: no cover
+    from ..ops.elementwise import elementwise_scan_ref as elementwise_scan
+
+__all__ = ["ISAN", "QRNN2", "ISANRef", "QRNN2Ref", "RCNNRef", "SCRNRef", "SRURef", "TRNNRef",
+           "as_rational", "compile_isan", "compile_qrnn2", "make_qrnn2", "one_hot"]
+
+
+def _hold(mask, t, new, old):
+    """Padded positions keep the previous state."""
+    return new if mask is None else torch.where(mask[:, t, None], new, old)
+
+
+def _linear(out_features, in_features, std):
+    return nn.Parameter(torch.randn(out_features, in_features) * std)
+
+
+# ================================================================ reference models (§4.1)
+class SRURef(nn.Module):
+    """SRU (Lei et al. 2017b) without the highway connection, one layer:
+
+        x~_t = W x_t,  f_t = s(W_f x_t + b_f),  c_t = f_t * c_{t-1} + (1 - f_t) * x~_t,
+        h_t = g(c_t) = tanh(c_t)            (the r gate and (1 - r) x_t highway dropped)
+
+    forward(x[B,T,E], mask[B,T] | None) -> (h[B,T,H], c[B,T,H]); pads keep c."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        std = input_size ** -0.5
+        self.W = _linear(hidden_size, input_size, std)
+        self.W_f = _linear(hidden_size, input_size, std)
+        self.b_f = nn.Parameter(torch.zeros(hidden_size))
+
+    def forward(self, x, mask=None):
+        c = x.new_zeros(x.shape[0], self.W.shape[0])
+        cs = []
+        for t in range(x.shape[1]):
+            x_t = x[:, t]
+            x_tilde = x_t @ self.W.T
+            f = torch.sigmoid(x_t @ self.W_f.T + self.b_f)
+            c = _hold(mask, t, f * c + (1 - f) * x_tilde, c)
+            cs.append(c)
+        c = torch.stack(cs, 1)
+        return torch.tanh(c), c
+
+
+class TRNNRef(nn.Module):
+    """T-RNN, the strongly-typed RNN (Balduzzi and Ghifary 2016), one layer:
+
+        z_t = W x_t,  f_t = s(V x_t + b),  h_t = f_t * h_{t-1} + (1 - f_t) * z_t
+
+    forward(x[B,T,E], mask[B,T] | None) -> h[B,T,H] (output and state); pads keep h."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        std = input_size ** -0.5
+        self.W = _linear(hidden_size, input_size, std)
+        self.V = _linear(hidden_size, input_size, std)
+        self.b = nn.Parameter(torch.zeros(hidden_size))
+
+    def forward(self, x, mask=None):
+        h = x.new_zeros(x.shape[0], self.W.shape[0])
+        hs = []
+        for t in range(x.shape[1]):
+            z = x[:, t] @ self.W.T
+            f = torch.sigmoid(x[:, t] @ self.V.T + self.b)
+            h = _hold(mask, t, f * h + (1 - f) * z, h)
+            hs.append(h)
+        return torch.stack(hs, 1)
+
+
+class SCRNRef(nn.Module):
+    """SCRN, the structurally constrained recurrent network (Mikolov et al. 2014, eq. 4-5
+    there), without its output layer:
+
+        s_t = (1 - alpha) B x_t + alpha s_{t-1}          context (slow) units, [B,T,C]
+        h_t = sigmoid(P s_t + A x_t + R h_{t-1})         fast units, [B,T,H]
+
+    alpha is fixed (0.95, a Python float, not learned). Only s is rational (a B automaton with the
+    constant self-loop weight alpha); h is an Elman network fed s, and is not.
+    forward(x[B,T,E], mask) -> (s[B,T,C], h[B,T,H]); pads keep both."""
+
+    def __init__(self, input_size: int, context_size: int, hidden_size: int | None = None,
+                 alpha: float = 0.95):
+        super().__init__()
+        hidden_size = context_size if hidden_size is None else hidden_size
+        if not 0.0 < alpha < 1.0:
+            raise RnnlensError(f"SCRN's alpha must lie in (0, 1), got {alpha}")
+        self.alpha = float(alpha)         # a constant of the model, not a parameter
+        self.B = _linear(context_size, input_size, input_size ** -0.5)
+        self.A = _linear(hidden_size, input_size, input_size ** -0.5)
+        self.P = _linear(hidden_size, context_size, context_size ** -0.5)
+        self.R = _linear(hidden_size, hidden_size, hidden_size ** -0.5)
+
+    def forward(self, x, mask=None):
+        a = self.alpha
+        s = x.new_zeros(x.shape[0], self.B.shape[0])
+        h = x.new_zeros(x.shape[0], self.A.shape[0])
+        ss, hs = [], []
+        for t in range(x.shape[1]):
+            s_new = (1 - a) * (x[:, t] @ self.B.T) + a * s
+            h_new = torch.sigmoid(s_new @ self.P.T + x[:, t] @ self.A.T + h @ self.R.T)
+            s, h = _hold(mask, t, s_new, s), _hold(mask, t, h_new, h)
+            ss.append(s)
+            hs.append(h)
+        return torch.stack(ss, 1), torch.stack(hs, 1)
+
+
+class QRNN2Ref(nn.Module):
+    """QRNN with 2-window convolutions and f-pooling (Bradbury et al. 2017), as written in
+    Appendix A of the rational-recurrences paper (g = tanh):
+
+        f_t = s(V_f v_{t-1} + W_f v_t + b_f)
+        u_t = (1 - f_t) * tanh(V_u v_{t-1} + W_u v_t + b_u)
+        c_t = f_t * c_{t-1} + u_t,          v_0 = 0, c_0 = 0, output h_t = c_t
+
+    v_{t-1} is the previous *position*, so a mask must pad on the right only (pads after the
+    last real token), which is how rnnlens batches. forward(v[B,T,E], mask) -> c[B,T,H]."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        std = (2 * input_size) ** -0.5
+        for name in ("V_f", "W_f", "V_u", "W_u"):
+            setattr(self, name, _linear(hidden_size, input_size, std))
+        self.b_f = nn.Parameter(torch.zeros(hidden_size))
+        self.b_u = nn.Parameter(torch.zeros(hidden_size))
+
+    def forward(self, v, mask=None):
+        c = v.new_zeros(v.shape[0], self.W_f.shape[0])
+        v_prev = torch.zeros_like(v[:, 0])
+        cs = []
+        for t in range(v.shape[1]):
+            f = torch.sigmoid(v_prev @ self.V_f.T + v[:, t] @ self.W_f.T + self.b_f)
+            u = (1 - f) * torch.tanh(v_prev @ self.V_u.T + v[:, t] @ self.W_u.T + self.b_u)
+            c = _hold(mask, t, f * c + u, c)
+            cs.append(c)
+            v_prev = v[:, t]
+        return torch.stack(cs, 1)
+
+
+# ================================================================ reference models (§4.2, §4.3)
+class RCNNRef(nn.Module):
+    """The n-gram recurrent convolutional network (Lei et al. 2016; the bigram case is eq. 14
+    of the rational-recurrences paper) with lambda depending on x_t only (Proposition 12):
+
+        lambda_t = s(W_lambda v_t + b_lambda)
+        u_t^(j)  = (1 - lambda_t) * W_j v_t                        (eq. 5b, no bias, g = id)
+        c_t^(1)  = c_{t-1}^(1) * lambda_t + u_t^(1)                  (eq. 14a)
+        c_t^(j)  = c_{t-1}^(j) * lambda_t + c_{t-1}^(j-1) * u_t^(j)  (eq. 14b), j = 2..n
+        h_t      = tanh(c_t^(n) + b)
+
+    A constant lambda is W_lambda = 0. W_1..W_n are W[0..n-1] ([n, H, E]).
+    forward(v[B,T,E], mask) -> (h[B,T,H], c[n,B,T,H]); pads keep c."""
+
+    def __init__(self, input_size: int, hidden_size: int, n: int = 2):
+        super().__init__()
+        if n < 1:
+            raise RnnlensError(f"an n-gram RCNN needs n >= 1, got {n}")
+        self.n = n
+        std = input_size ** -0.5
+        self.W = nn.Parameter(torch.randn(n, hidden_size, input_size) * std)
+        self.W_lambda = _linear(hidden_size, input_size, std)
+        self.b_lambda = nn.Parameter(torch.zeros(hidden_size))
+        self.b = nn.Parameter(torch.zeros(hidden_size))
+
+    def forward(self, v, mask=None):
+        B, T, _ = v.shape
+        c = [v.new_zeros(B, self.W.shape[1]) for _ in range(self.n)]
+        out = [[] for _ in range(self.n)]
+        for t in range(T):
+            lam = torch.sigmoid(v[:, t] @ self.W_lambda.T + self.b_lambda)
+            u = [(1 - lam) * (v[:, t] @ self.W[j].T) for j in range(self.n)]
+            new = [c[0] * lam + u[0]]
+            for j in range(1, self.n):
+                new.append(c[j] * lam + c[j - 1] * u[j])     # c[j-1] is still c_{t-1}
+            c = [_hold(mask, t, a, b) for a, b in zip(new, c)]
+            for j in range(self.n):
+                out[j].append(c[j])
+        cs = torch.stack([torch.stack(o, 1) for o in out])
+        return torch.tanh(cs[-1] + self.b), cs
+
+
+class ISANRef(nn.Module):
+    """ISAN, the input switched affine network (Foerster et al. 2017; eq. 16 here): a matrix
+    and a bias per input symbol, no nonlinearity,
+
+        c_t = W_{x_t} c_{t-1} + b_{x_t},   c_0 = 0
+
+    W: [V, d, d], b: [V, d] (W[k] is W_k of symbol k). forward(tokens[B,T] long, mask)
+    -> c[B,T,d] (Foerster's read-out W_ro c + b_ro is left to a head); pads keep c."""
+
+    def __init__(self, vocab_size: int, hidden_size: int):
+        super().__init__()
+        d = hidden_size
+        self.W = nn.Parameter(torch.eye(d).expand(vocab_size, d, d) * 0.5
+                              + torch.randn(vocab_size, d, d) * (0.5 / math.sqrt(d)))
+        self.b = nn.Parameter(torch.randn(vocab_size, d) * 0.1)
+
+    def forward(self, tokens, mask=None):
+        c = self.b.new_zeros(tokens.shape[0], self.b.shape[1])
+        cs = []
+        for t in range(tokens.shape[1]):
+            x_t = tokens[:, t]
+            new = torch.einsum("bij,bj->bi", self.W[x_t], c) + self.b[x_t]
+            c = _hold(mask, t, new, c)
+            cs.append(c)
+        return torch.stack(cs, 1)
+
+
+# ================================================================ the new cells
+def _previous_real(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """v_{t-1} for every position: the last *real* input before t (zero if none), so that a
+    left-padded or gappy row sees the same window as the sequence run alone. [B,T,E]."""
+    B, T, _ = x.shape
+    prev = torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], 1)
+    if mask is None:
+        return prev
+    pos = torch.arange(T, device=x.device).expand(B, T)
+    last = torch.where(mask, pos, torch.full_like(pos, -1)).cummax(1).values   # last real <= t
+    before = torch.cat([torch.full_like(last[:, :1], -1), last[:, :-1]], 1)  # last real < t
+    got = x.gather(1, before.clamp(min=0)[..., None].expand_as(x))
+    return torch.where((before >= 0)[..., None], got, torch.zeros_like(got))
+
+
+class QRNN2(Cell):
+    """QRNN with a 2-token window and f-pooling as a rational cell (Proposition 11):
+
+        f_t = s(W_prev[f] v_{t-1} + W[f] v_t + b_f),  u_t = (1 - f_t) * tanh(W_prev[u] v_{t-1}
+        + W[u] v_t + b_u),  c_t = f_t * c_{t-1} + u_t,  output h_t = c_t (f-pooling)
+
+    Parameters: weight [2H, E] (rows u then f, the current token: W_u, W_f), weight_prev
+    [2H, E] (V_u, V_f), bias [2H] (b_u, b_f). The gates are a function of the pair
+    (x_{t-1}, x_t), so the state recurrence is elementwise with A(x_t) = diag(f_t): the
+    linear view is an exact RationalView (one block). The WFSA of one dimension is not B but
+    Appendix A's, with 2|Σ|+1 states that remember the previous symbol (compile_qrnn2).
+
+    v_{t-1} is the previous real token of the row (v_0 = 0 at the start of every call; the
+    window does not reach into a carried state, which holds c only). Because step needs
+    v_{t-1}, step(x_t, s, x_prev) takes it explicitly; the generic contract's step(x_t, s)
+    (used by tests/test_linear_view.py's Jacobian check) would see x_prev = 0, which is why
+    this cell is not registered in CELLS."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.input_size, self.hidden_size, self.state_size = input_size, hidden_size, hidden_size
+        self.weight = nn.Parameter(torch.empty(2 * hidden_size, input_size))
+        self.weight_prev = nn.Parameter(torch.empty(2 * hidden_size, input_size))
+        self.bias = nn.Parameter(torch.zeros(2 * hidden_size))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = (3.0 / (2 * self.input_size)) ** 0.5
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.weight_prev, -bound, bound)
+        with torch.no_grad():
+            self.bias.zero_()
+
+    def recurrent_weights(self):
+        return []
+
+    def _gates_from(self, x, x_prev):
+        H = self.hidden_size
+        P = F.linear(x, self.weight, self.bias) + F.linear(x_prev, self.weight_prev)
+        f = torch.sigmoid(P[..., H:])
+        u = (1 - f) * torch.tanh(P[..., :H])
+        return u, f
+
+    def gates(self, x: torch.Tensor, mask: torch.Tensor | None = None):
+        """x[B,T,E] -> (u [1,B,T,H], f [1,B,T,H], None), RationalCell.gates' layout."""
+        u, f = self._gates_from(x, _previous_real(x, mask))
+        return u[None], f[None], None
+
+    def _scan(self, x, mask, s):
+        u, f, _ = self.gates(x, mask)
+        states = elementwise_scan(f[0], u[0], s, semiring="real", mask=mask)
+        return states, states[:, -1]
+
+    def step(self, x_t, s, x_prev=None):
+        """The plain per-step reference (Appendix A's equations); x_prev = v_{t-1} (0 if None)."""
+        u, f = self._gates_from(x_t, torch.zeros_like(x_t) if x_prev is None else x_prev)
+        return f * s + u
+
+    def step_loop(self, x, mask=None, state=None):
+        if state is None:
+            state = self.initial_state(x.shape[0], x.dtype, x.device)
+        prev, outs = torch.zeros_like(x[:, 0]), []
+        for t in range(x.shape[1]):
+            state = _hold(mask, t, self.step(x[:, t], state, prev), state)
+            prev = _hold(mask, t, x[:, t], prev)
+            outs.append(state)
+        return self.output(torch.stack(outs, 1)), state
+
+    def linear_view(self, x, mask=None) -> RationalView:
+        """c_t = diag(f_t) c_{t-1} + u_t exactly (real semiring, one block)."""
+        u, f, _ = self.gates(x, mask)
+        return RationalView(u[0], f[0][:, :, None, None, :], mask, "real")
+
+
+class ISAN(AffineCell):
+    """ISAN (Foerster et al. 2017) over token embeddings, as the MM baseline reads them:
+
+        A(x) = reshape(W x + b_W, H, H),  g(x) = U x + b_U,  c_t = A(x_t) c_{t-1} + g(x_t)
+
+    hidden_size = state_size = H = d (the output is the state). With one-hot embeddings
+    (E = V, `one_hot`) A(x) and g(x) are exactly the per-symbol W_{x_t}, b_{x_t} of eq. 16
+    (as_rational(ISANRef) builds that, b_W = b_U = 0); with a learned embedding each token's
+    matrix is b_W plus a rank-E perturbation. The linear view is an exact DenseView; the
+    automata are make_isan's (Appendix C, 2H states shared by the H of them; compile_isan).
+
+    Initialisation: b_W = 0.5 I and W with std 0.25/sqrt(E H), so for unit-variance inputs
+    the entries of N(x) = A(x) - 0.5 I have std 0.25/sqrt(H) and its spectral norm is about
+    2 sqrt(H) of that, 0.5: ||A(x)|| stays near or below 1, the products forget and the state
+    stays bounded (an additive recurrence with A near I would grow like T)."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.input_size, self.hidden_size, self.state_size = input_size, hidden_size, hidden_size
+        H = hidden_size
+        self.W = nn.Linear(input_size, H * H)
+        self.U = nn.Linear(input_size, H)
+        with torch.no_grad():
+            nn.init.normal_(self.W.weight, std=0.25 / math.sqrt(input_size * H))
+            self.W.bias.copy_(0.5 * torch.eye(H).reshape(-1))
+
+    def _A(self, x):
+        return self.W(x).reshape(*x.shape[:-1], self.hidden_size, self.hidden_size)
+
+    def _view(self, x, mask):
+        return DenseView(self.U(x), self._A(x), mask, exact=True)
+
+    def matrices(self, x):
+        """A(x_t) [B,T,H,H] and g(x_t) [B,T,H], straight from the definition."""
+        return self._A(x), self.U(x)
+
+
+def one_hot(tokens: torch.Tensor, vocab_size: int, dtype=torch.float64) -> torch.Tensor:
+    """tokens[B,T] -> [B,T,V], the embedding under which ISAN's A(x) is W_{x_t} exactly."""
+    return F.one_hot(tokens, vocab_size).to(dtype)
+
+
+# ================================================================ as_rational
+def _rrnn(cls, E, H, n, W_u, W_f, b_f, like):
+    """An RRNN cell (real semiring) with u rows W_u[j] and f rows W_f[j], b_f[j]."""
+    cell = cls(E, H) if cls is not NGramRational else cls(E, H, n=n)
+    cell = cell.to(like.dtype)
+    with torch.no_grad():
+        w = cell.weight.view(2 * n, H, E)
+        b = cell.bias.view(2 * n, H)
+        b.zero_()
+        for j in range(n):
+            w[2 * j].copy_(W_u[j])
+            w[2 * j + 1].copy_(W_f[j])
+            b[2 * j + 1].copy_(b_f[j])
+    return cell
+
+
+def _as_rational_qrnn2(ref: QRNN2Ref) -> QRNN2:
+    H, E = ref.W_f.shape
+    cell = QRNN2(E, H).to(ref.W_f.dtype)
+    with torch.no_grad():
+        cell.weight.copy_(torch.cat([ref.W_u, ref.W_f]))
+        cell.weight_prev.copy_(torch.cat([ref.V_u, ref.V_f]))
+        cell.bias.copy_(torch.cat([ref.b_u, ref.b_f]))
+    return cell
+
+
+def _as_rational_isan(ref: ISANRef) -> ISAN:
+    V, d, _ = ref.W.shape
+    cell = ISAN(V, d).to(ref.W.dtype)
+    with torch.no_grad():
+        cell.W.weight.copy_(ref.W.reshape(V, d * d).T)     # column k = vec(W_k), row-major
+        cell.W.bias.zero_()
+        cell.U.weight.copy_(ref.b.T)
+        cell.U.bias.zero_()
+    return cell
+
+
+def as_rational(module: nn.Module) -> Cell:
+    """The rnnlens cell whose state trajectory equals `module`'s, built from its weights:
+
+        SRURef, TRNNRef -> RRNNB, state c == the reference's c (T-RNN's h)
+        SCRNRef         -> RRNNB over the context units: u rows B, f rows 0, f bias
+                           logit(alpha), so f == alpha for every input (training the cell
+                           would move the f rows; freeze them to stay an SCRN)
+        QRNN2Ref        -> QRNN2 (weight = [W_u; W_f], weight_prev = [V_u; V_f])
+        RCNNRef         -> RRNNB (n = 1), RRNNC (n = 2) or NGramRational (n > 2), with
+                           lambda's W and b in every f row; states [c1; ...; cn]
+        ISANRef         -> ISAN over one_hot(tokens, V)
+
+    Compare `cell.scan(x)[0]` with the reference's states (their outputs differ where noted
+    in the module docstring)."""
+    if isinstance(module, (SRURef, TRNNRef)):
+        W_u, W_f, b_f = ((module.W, module.W_f, module.b_f) if isinstance(module, SRURef)
+                         else (module.W, module.V, module.b))
+        H, E = W_u.shape
+        return _rrnn(RRNNB, E, H, 1, [W_u], [W_f], [b_f], W_u)
+    if isinstance(module, SCRNRef):
+        C, E = module.B.shape
+        logit = math.log(module.alpha) - math.log1p(-module.alpha)
+        return _rrnn(RRNNB, E, C, 1, [module.B], [torch.zeros_like(module.B)],
+                     [module.B.new_full((C,), logit)], module.B)
+    if isinstance(module, QRNN2Ref):
+        return _as_rational_qrnn2(module)
+    if isinstance(module, RCNNRef):
+        n, H, E = module.W.shape
+        cls = {1: RRNNB, 2: RRNNC}.get(n, NGramRational)
+        return _rrnn(cls, E, H, n, list(module.W), [module.W_lambda] * n, [module.b_lambda] * n,
+                     module.W)
+    if isinstance(module, ISANRef):
+        return _as_rational_isan(module)
+    raise RnnlensError(f"as_rational knows SRURef, TRNNRef, SCRNRef, QRNN2Ref, RCNNRef and "
+                       f"ISANRef, not {type(module).__name__}")
+
+
+# ================================================================ automata
+def make_qrnn2(mu, phi, alphabet, mu0=None, dtype=torch.float64):
+    """The WFSA of Appendix A (Proposition 11) for one or more dimensions of a 2-window QRNN,
+    real semiring, 2|Σ|+1 states: q0 (initial), p_a (Q1, one per symbol, "previous symbol
+    was a, pattern not started") and q_a (Q2, final, "previous symbol was a, pattern
+    matched"):
+
+        tau(q0, p_a, a) = 1,   tau(p_a, p_b, b) = 1,
+        tau(p_a, q_b, b) = mu(a, b) = [u_t],   tau(q_a, q_b, b) = phi(a, b) = [f_t]
+
+    for x_{t-1} = a, x_t = b (eq. 22). As written, a path must consume x_1 to reach p_{x_1},
+    so no pattern starts at t = 1 and the score is c_t minus u_1 f_2...f_t: the appendix
+    leaves out the first token, whose window is (v_0 = 0, v_1). Passing mu0(b) (u_1 for
+    x_1 = b with v_0 = 0) adds tau(q0, q_b, b) = mu0(b), which makes the prefix scores equal
+    the QRNN's c_t exactly; the state count is unchanged.
+
+    mu, phi: (a, b) -> weight [...]; mu0: b -> [...] or None; alphabet: the symbols.
+    States are ordered q0, p_a..., q_a... (in alphabet order). Returns a WFSA."""
+    from ..analysis.wfsa import WFSA
+
+    syms = list(alphabet)
+    k = len(syms)
+    index = {a: i for i, a in enumerate(syms)}
+    Q = 2 * k + 1
+    p = lambda i: 1 + i
+    q = lambda i: 1 + k + i
+
+    def tau(b):
+        j = index[b]
+        vals = {}
+        vals[(0, p(j))] = 1.0
+        if mu0 is not None:
+            vals[(0, q(j))] = mu0(b)
+        for a, i in index.items():
+            vals[(p(i), p(j))] = 1.0
+            vals[(p(i), q(j))] = mu(a, b)
+            vals[(q(i), q(j))] = phi(a, b)
+        ts = {key: torch.as_tensor(v, dtype=dtype) for key, v in vals.items()}
+        shape = torch.broadcast_shapes(*(t.shape for t in ts.values()))
+        m = torch.zeros(*shape, Q, Q, dtype=dtype)
+        for (s, d), t in ts.items():
+            m[..., s, d] = t
+        return m
+
+    lam = torch.zeros(Q, dtype=dtype)
+    lam[0] = 1.0
+    rho = torch.zeros(Q, dtype=dtype)
+    rho[1 + k:] = 1.0
+    names = ["q0"] + [f"p_{a}" for a in syms] + [f"q_{a}" for a in syms]
+    labels = {(0, p(i)): "1" for i in range(k)}
+    for a, i in index.items():
+        for b, j in index.items():
+            labels[(p(i), p(j))] = "1"
+            labels[(p(i), q(j))] = f"u({a},{b})"
+            labels[(q(i), q(j))] = f"f({a},{b})"
+    if mu0 is not None:
+        labels.update({(0, q(j)): f"u(<s>,{b})" for b, j in index.items()})
+    return WFSA(lam, rho, tau, states=names, edge_labels=labels, dtype=dtype)
+
+
+def compile_qrnn2(cell: QRNN2, embedding, dim: int | None = None, exact_start: bool = True):
+    """The Appendix A WFSA of dimension `dim` of a QRNN2 cell (dim=None: all H at once, batch
+    shape [H]) over the token ids of `embedding` (nn.Embedding or a [V, E] table; Σ is all V
+    ids, so the automaton has 2V+1 states). exact_start adds the v_0 = 0 start edges (see
+    make_qrnn2); forward_prefixes(ids) then equals cell.scan(embedding[ids])[0]."""
+    if not isinstance(cell, QRNN2):
+        raise RnnlensError(f"compile_qrnn2 takes a QRNN2 cell, not {type(cell).__name__}")
+    table = embedding.weight if hasattr(embedding, "weight") else embedding
+    H = cell.hidden_size
+    if dim is not None and not 0 <= dim < H:
+        raise RnnlensError(f"dimension {dim} is out of range: the cell has {H}")
+    sel = slice(None) if dim is None else dim
+    with torch.no_grad():
+        v = table.to(cell.weight.dtype)
+        V = v.shape[0]
+        cur = v[None, :, :].expand(V + 1, V, -1)                      # [prev, cur, E]
+        prev = torch.cat([v.new_zeros(1, v.shape[1]), v])[:, None, :].expand(V + 1, V, -1)
+        u, f = cell._gates_from(cur, prev)                              # row 0: prev = v_0 = 0
+        u, f = u[..., sel].double(), f[..., sel].double()
+    return make_qrnn2(lambda a, b: u[1 + a, b], lambda a, b: f[1 + a, b], range(V),
+                      mu0=(lambda b: u[0, b]) if exact_start else None)
+
+
+def compile_isan(cell: ISAN, embedding=None):
+    """make_isan's automata G_1..G_H (Appendix C) for an ISAN cell: symbols are token ids of
+    `embedding` (nn.Embedding or [V, E] table), or input vectors [E] when it is None.
+    forward_prefixes(x) -> [n, H] equals the cell's states."""
+    from ..analysis.wfsa import make_isan
+
+    if not isinstance(cell, ISAN):
+        raise RnnlensError(f"compile_isan takes an ISAN cell, not {type(cell).__name__}")
+    table = None if embedding is None else (embedding.weight if hasattr(embedding, "weight")
+                                            else embedding)
+
+    def vec(a):
+        p = cell.W.weight
+        v = torch.as_tensor(a, dtype=p.dtype) if table is None else table[int(a)].to(p.dtype)
+        return v.reshape(1, 1, -1)
+
+    def W(a):
+        with torch.no_grad():
+            return cell.matrices(vec(a))[0][0, 0].double()
+
+    def b(a):
+        with torch.no_grad():
+            return cell.matrices(vec(a))[1][0, 0].double()
+
+    return make_isan(W, b, cell.hidden_size)
