@@ -77,7 +77,7 @@ def test_scrn_context_units_are_rrnn_b_with_a_constant_gate():
     assert h.shape == (4, 6, 3)
     cell = as_rational(ref)
     assert type(cell) is RRNNB and cell.hidden_size == H
-    assert max_diff(cell.gates(x)[1], torch.full((1, 4, 6, H), 0.95, dtype=D)) < 1e-15
+    assert max_diff(torch.stack(cell.gates(x)[1]), torch.full((1, 4, 6, H), 0.95, dtype=D)) < 1e-15
     assert max_diff(cell.scan(x, mask)[0], s) < 1e-12
     ref2 = SCRNRef(E, H, alpha=0.5).double()
     assert max_diff(as_rational(ref2).scan(x, mask)[0], ref2(x, mask)[0]) < 1e-12
@@ -124,6 +124,7 @@ def test_rcnn_is_rrnn_c_with_a_shared_gate(n, cls):
     states = cell.scan(x, mask)[0]
     assert max_diff(states, torch.cat(list(c), -1)) < 1e-12          # [c1; ...; cn]
     _, f, _ = cell.gates(x)
+    f = torch.stack(f)
     assert max_diff(f, f[:1].expand_as(f)) < 1e-15                   # one lambda for all states
     assert max_diff(torch.tanh(states[..., -H:] + ref.b), h) < 1e-12
 

@@ -127,20 +127,22 @@ class RationalCell(Cell):
 
     # --- gates -------------------------------------------------------------------------
     def gates(self, x: torch.Tensor):
-        """x[B,T,E] -> (u [n,B,T,H], f [n,B,T,H], o [B,T,H] or None), in the semiring's terms."""
-        H, n = self.hidden_size, self.n
+        """x[B,T,E] -> (u, f: lists of n tensors [B,T,H]; o [B,T,H] or None), in the
+        semiring's terms. One matrix product for all gates and steps; the rows are split with
+        unbind, whose backward stacks the gradients once (slicing would zero-fill and copy a
+        full-size gradient per slice)."""
+        n = self.n
         P = F.linear(x, self.weight, self.bias * self.bias_mask)
-        P = P.view(*x.shape[:-1], -1, H)
-        pu, pf = P[..., 0: 2 * n: 2, :], P[..., 1: 2 * n: 2, :]
-        pu, pf = pu.movedim(-2, 0), pf.movedim(-2, 0)
-        po = P[..., 2 * n, :] if self.output_gate else None
+        rows = P.view(*x.shape[:-1], -1, self.hidden_size).unbind(-2)
+        pu, pf = rows[0: 2 * n: 2], rows[1: 2 * n: 2]
+        po = rows[2 * n] if self.output_gate else None
         if self.sr.name == "real":
-            f = torch.sigmoid(pf)
-            u = (1 - f) * pu
+            f = [torch.sigmoid(p) for p in pf]
+            u = [p - fj * p for p, fj in zip(pu, f)]                 # (1 - f) * W_u v
             o = torch.sigmoid(po) if po is not None else None
         else:
-            f = F.logsigmoid(pf)
-            u = pu
+            f = [F.logsigmoid(p) for p in pf]
+            u = list(pu)
             o = F.logsigmoid(po) if po is not None else None
         return u, f, o
 
@@ -180,7 +182,7 @@ class RationalCell(Cell):
         """The plain per-step reference, written from Appendix D's equations."""
         H, sr = self.hidden_size, self.sr
         u, f, _ = self.gates(x_t[:, None])
-        u, f = u[:, :, 0], f[:, :, 0]
+        u, f = [a[:, 0] for a in u], [a[:, 0] for a in f]
         c = list(s.view(s.shape[0], self.blocks, H).unbind(1))
         new = []
         for j in range(self.n):
