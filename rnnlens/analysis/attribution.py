@@ -381,9 +381,15 @@ class NGramAttribution:
                 if w is None:
                     continue
                 view = rec.cell.linear_view(rec.x, rec.mask)
+                if getattr(view, "semiring", "real") != "real":
+                    raise RnnlensError(f"n-gram contributions add up in the real semiring; this cell's view is "
+                                       f"{view.semiring} (use rnnlens wfsa for its best paths)")
                 exact = exact and view.exact
+                gain = getattr(rec.cell, "output_gain", None)
+                if gain is not None:         # output h = act(gain * c): first order at c = 0
+                    w = w * gain(rec.x, rec.mask)
                 c = ngram_contributions(view, w[:, :, None, :])[..., 0].to(f.dtype)    # [B,T,T]
-                linear += (w * rec.out.detach()).sum((1, 2)).to(f.dtype)
+                linear += (grads[d] * rec.out.detach()).sum((1, 2)).to(f.dtype)
                 explained += c.sum((1, 2))
                 if rec.reverse:
                     c = _to_reading_order(c, mask.sum(1))

@@ -223,6 +223,17 @@ class RationalCell(Cell):
             outs.append(state)
         return self._out(x, torch.stack(outs, 1), mask), state
 
+    def output_gain(self, x, mask=None) -> torch.Tensor:
+        """[B,T,H] d h / d c at c = 0 (real semiring): the output gate o (1 without it), so that
+        h = tanh(o * c) ~ o * c to first order; the n-gram attribution reads h through it."""
+        if not self.output_gate:
+            return x.new_ones(*x.shape[:2], self.hidden_size)
+        o = self.gates(x)[2]
+        if mask is not None:
+            last = (mask.long().cumsum(1) - 1).clamp(min=0)
+            o = o.gather(1, last[..., None].expand_as(o))
+        return o
+
     def output(self, s):
         """tanh of the read-out state (the output gate needs the input: see forward)."""
         return torch.tanh(s[..., (self.blocks - 1) * self.hidden_size:])
