@@ -5,8 +5,10 @@ from .classic import GRU, LSTM, Elman, from_torch
 from .equivalences import ISAN
 from .ngram import NGRAM_CELLS
 from .rational import RATIONAL_CELLS
+from .unitary import UNITARY_CELLS
 
 CELLS = {"elman": Elman, "gru": GRU, "lstm": LSTM, **NGRAM_CELLS, **BASELINE_CELLS, **RATIONAL_CELLS,
          "isan": ISAN}  # equivalences.QRNN2 is left out: its step needs x_{t-1} (see its docstring)
+CELLS.update(UNITARY_CELLS)   # "urn", "linear-rnn"
 
 __all__ = ["CELLS", "Cell", "DenseView", "LinearView", "StructuredView", "Elman", "GRU", "LSTM", "from_torch"]

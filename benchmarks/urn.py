@@ -1,0 +1,118 @@
+"""One training pass of a URN with one matrix exponential per distinct word against one per
+position (the reference path), in the same run.
+
+    python -m benchmarks.urn --threads 1
+    python -m benchmarks.urn --threads 2 --repeats 5 --out /tmp/urn.md
+
+What is timed: embedding -> URN(50 units) -> linear prediction layer -> next-symbol
+cross-entropy -> backward, on a batch of 512 Dyck strings (5 bracket pairs, 20 symbols,
+maximum depth 3, as NOTES.md's training set) with a start symbol prepended: 21 tokens over a
+12-symbol vocabulary (pad, start, 10 brackets). The embedding is the triangle itself (size
+50*49/2 = 1225, uniform +-0.05, the paper's setting), so the cell has no map of its own.
+Both modes run the same model in train mode (dropout off); only `cell.unique_rows` differs.
+Reported: the median of `--repeats` passes after one warm-up pass, and the ratio
+per-position / per-word (the target of the issue: >= 10x).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import random
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from rnnlens.cells.unitary import URN, triangle_size
+
+PAIRS = "()[]{}<>+-"
+
+
+def dyck(n_pairs: int, max_depth: int, rng: random.Random) -> list[int]:
+    """Ids 2..11 of one string with n_pairs pairs: a random walk that opens or closes with
+    probability 1/2 where both are allowed (never deeper than max_depth), bracket type uniform."""
+    out, stack, opened = [], [], 0
+    while len(out) < 2 * n_pairs:
+        can_open = opened < n_pairs and len(stack) < max_depth
+        if stack and (not can_open or rng.random() < 0.5):
+            out.append(2 + 2 * stack.pop() + 1)
+        else:
+            kind = rng.randrange(5)
+            stack.append(kind)
+            opened += 1
+            out.append(2 + 2 * kind)
+    return out
+
+
+def batch(size: int = 512, n_pairs: int = 10, seed: int = 0) -> torch.Tensor:
+    rng = random.Random(seed)
+    return torch.tensor([[1] + dyck(n_pairs, 3, rng) for _ in range(size)])   # [B, 21], 1 = start
+
+
+class Model(nn.Module):
+    def __init__(self, n: int = 50, vocab: int = 12):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, triangle_size(n), padding_idx=0)
+        nn.init.uniform_(self.embedding.weight, -0.05, 0.05)
+        self.cell = URN(triangle_size(n), n)
+        self.out = nn.Linear(n, vocab)
+
+    def loss(self, tokens: torch.Tensor) -> torch.Tensor:
+        h, _ = self.cell(self.embedding(tokens[:, :-1]))
+        logits = self.out(h)
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
+
+def one_pass(model: Model, tokens: torch.Tensor) -> float:
+    model.zero_grad(set_to_none=True)
+    t0 = time.perf_counter()
+    model.loss(tokens).backward()
+    return time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--hidden", type=int, default=50)
+    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--out", type=Path, default=None, help="also write the result as markdown here")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = Model(args.hidden).train()
+    tokens = batch(args.batch)
+    distinct = int(torch.unique(tokens[:, :-1]).numel())
+    times = {}
+    for mode, unique in (("per-word", True), ("per-position", False)):
+        model.cell.unique_rows = unique
+        one_pass(model, tokens)                                       # warm-up
+        times[mode] = [one_pass(model, tokens) for _ in range(args.repeats)]
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio = med["per-position"] / med["per-word"]
+    positions = tokens[:, :-1].numel()
+    lines = ["# URN training pass: one exponential per distinct word vs per position",
+             "",
+             (f"{datetime.date.today()}, {platform.platform()}, {platform.processor() or 'cpu'}, "
+              f"torch {torch.__version__}, {args.threads} thread(s), median of {args.repeats}"),
+             (f"URN {args.hidden} units (identity map, {triangle_size(args.hidden)}-d embedding), "
+              f"batch {args.batch} x {tokens.shape[1] - 1} positions = {positions} exponentials "
+              f"per position vs {distinct} distinct words"),
+             "",
+             "| mode | median s/pass | min..max |",
+             "|---|---|---|"]
+    for k, v in times.items():
+        lines.append(f"| {k} | {med[k]:.3f} | {min(v):.3f}..{max(v):.3f} |")
+    lines += ["", f"per-position / per-word = {ratio:.1f}x (target >= 10x: {'met' if ratio >= 10 else 'NOT met'})"]
+    text = "\n".join(lines)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

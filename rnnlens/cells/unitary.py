@@ -1,0 +1,336 @@
+"""The unitary recurrent network (URN) and its unconstrained linear baseline (Bernardy and
+Lappin, "Unitary Recurrent Networks", Sec. 11.3.2, 11.4.7 and Fig. 11.5).
+
+URN: each word's vector x (size E) gives the strict upper triangle of an n x n matrix T,
+filled row by row (n = hidden_size, NOTES.md); S = T - T^T is skew-symmetric and
+
+    Q(x) = expm(S),   h_t = Q(x_t) h_{t-1},   h_0 = e_0 = [1, 0, ..., 0]      (Sec. 11.3.2)
+
+Q is orthogonal (Theorem 11.2), so |h_t| = 1. With k-truncation only the first k rows of
+T are non-zero and rank S <= 2k (Sec. 11.4.7): Q rotates at most k planes.
+  Map x -> T: when E equals the number of free entries F (n(n-1)/2, or
+  k(n-1) - k(k-1)/2 truncated) the embedding *is* the triangle (the paper's setting, no
+  parameters in the cell). Otherwise a learned linear map W [F, E] (no bias) gives
+  T = W x; it is initialised so that unit-variance inputs give entries of the spread of
+  the paper's uniform(-0.05, 0.05) embeddings.
+
+LinearRNN ("any matrix per word", the paper's non-orthogonal baseline): A(x) = reshape(W x
++ b, n, n), h_t = A(x_t) h_{t-1} from e_0. Initialised as MM is: b = vec(I), W small.
+
+The state: s = [h (n); u (1)], S = n + 1, output h = s[:n]. u = 0 marks a sequence that
+has not started, and the start state e_0 enters at the first token:
+
+    h_t = A(x_t) (h_{t-1} + (1 - u_{t-1}) e_0),   u_t = 1
+
+so the default zero state (initial_state) is the paper's h_0 = e_0, while a carried state
+(u = 1, e.g. an LM's BPTT segments) evolves as h_t = A(x_t) h_{t-1} with nothing added.
+This keeps the library-wide convention that "no state" is the zero state (approx errors,
+the n-gram engine) and still makes the cell an exact affine recurrence
+s_t = A_ext(x_t) s_{t-1} + g(x_t) with
+
+    A_ext = [[A, -A e_0], [0, 0]],   g = [A e_0; 1].
+
+Its n-gram vectors telescope: with phi_i = A(x_t)...A(x_i) e_0 (the state at t had the
+sequence started at token i), v_{i:t} = phi_i - phi_{i+1} for i < t and v_{t:t} = phi_t:
+the n-gram x_i..x_t's vector is how much putting x_i in front changes the state. They sum
+to phi_1 = h_t, with zero remainder. `start_view` gives the paper's own form instead
+(A = Q, g = 0, h0 = e_0: the whole state is the start-state part).
+
+Fast path and reference: Q depends only on the word, so `_matrices` exponentiates each
+distinct input row of a batch once (torch.unique over rows) and gathers; `_per_position`
+exponentiates at every position; `step` builds T row by row and exponentiates it, sharing
+no code with either. Gradients of the distinct-row path: a group of equal rows is one
+exponential, so its whole gradient lands on the group's first row. Sums over a group --
+what reaches an embedding table or a parameter -- are exact; the split between equal rows
+is not. So in eval mode, when gradients w.r.t. x are being recorded (attribution), every
+position gets its own exponential; in training and under no_grad the distinct-row path runs.
+
+Dropout (NOTES.md: 0.05, one mask per sequence): `recurrent_dropout` (set by the encoder,
+0 by default, off in eval) draws per sequence one mask on the entries of the word's matrix
+Q(x) (the paper's "orthogonal embedding": "some entries of s_i or Q(x_i) ... are zeroed
+out", Sec. 11.5) and one on the carried state h_{t-1}; the start vector e_0 itself is not
+dropped. Masking Q after the exponential keeps one exponential per distinct word. The
+encoder's own `embedding_dropout` (a mask per position on x) makes every row distinct and
+defeats that; leave it at 0 for these cells.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .base import Cell, DenseView
+
+
+def triangle_size(n: int, truncation: int | None = None) -> int:
+    """Free entries of the first k rows of an n x n strict upper triangle (all rows when
+    truncation is None): sum_{i<k} (n - 1 - i)."""
+    k = n if truncation is None else min(truncation, n)
+    return sum(n - 1 - i for i in range(k))
+
+
+def matrix_exp(S: torch.Tensor) -> torch.Tensor:
+    """torch.linalg.matrix_exp of S[N,n,n], computed in float64 and returned in S's dtype.
+
+    Two measured reasons (torch 2.13, CPU): float32 exponentials of generators with 1-norm
+    ~3 (n = 50) are off by ~1e-6, which would leave Q visibly non-orthogonal after many steps;
+    and a batch of one matrix takes another code path whose float64 result is off by up to
+    ~6e-11 at 1-norms near 0.04, where a batch of two is exact to rounding -- so a single
+    matrix is run as a batch of two. Gradients flow through both casts."""
+    dtype = S.dtype
+    S = S.to(torch.float64) if dtype in (torch.float32, torch.float16, torch.bfloat16) else S
+    if S.shape[0] == 1:
+        Q = torch.linalg.matrix_exp(S.repeat(2, 1, 1))[:1]
+    else:
+        Q = torch.linalg.matrix_exp(S)
+    return Q.to(dtype)
+
+
+def distinct_rows(flat: torch.Tensor, probe: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Groups of equal rows of flat[P,E]: (first [U], the first row of each group; inv [P],
+    each row's group), so that flat[first][inv] == flat.
+
+    Rows are keyed by one float64 dot product with `probe` [E] (default: a fixed random
+    vector) and grouped by key (a 1-d unique: O(P E), where torch.unique(dim=0) sorts whole
+    rows); the grouping is then checked row by row, and a collision of keys between
+    different rows falls back to torch.unique(dim=0)."""
+    P = flat.shape[0]
+    if probe is None:
+        g = torch.Generator().manual_seed(12345)
+        probe = torch.randn(flat.shape[1], generator=g, dtype=torch.float64)
+    r = probe.to(device=flat.device, dtype=torch.float64)
+    _, inv = torch.unique(flat.to(torch.float64) @ r, return_inverse=True)
+    first = _first_of_groups(inv, P)
+    if not bool((flat[first[inv]] == flat).all()):
+        _, inv = torch.unique(flat, dim=0, return_inverse=True)
+        first = _first_of_groups(inv, P)
+    return first, inv
+
+
+def _first_of_groups(inv: torch.Tensor, P: int) -> torch.Tensor:
+    first = torch.full((int(inv.max()) + 1,), P, dtype=torch.long, device=inv.device)
+    return first.scatter_reduce(0, inv, torch.arange(P, device=inv.device), "amin")
+
+
+def skew_ref(v: torch.Tensor, n: int, truncation: int | None = None) -> torch.Tensor:
+    """Reference skew(v): v[N, F] fills the strict upper triangle of T row by row (row i
+    gets the next n-1-i entries; rows >= k stay 0), S = T - T^T. Returns [N, n, n].
+    Sec. 11.3.2: skew((x0, x1, x2)) = [[0, x0, x1], [-x0, 0, x2], [-x1, -x2, 0]]."""
+    k = n if truncation is None else min(truncation, n)
+    T = v.new_zeros(v.shape[0], n, n)
+    at = 0
+    for i in range(k):
+        T[:, i, i + 1:] = v[:, at: at + n - 1 - i]
+        at += n - 1 - i
+    return T - T.transpose(1, 2)
+
+
+class _WordMatrixCell(Cell):
+    """Shared state layout, scan, step and views of cells with one n x n matrix per word
+    acting on h (see the module docstring). Subclasses give `_table(x, mask)` (fast: a
+    table of matrices and which row each position uses) and `_matrix_ref(x_t)` ([B,n,n],
+    from the paper's equation)."""
+
+    def _table(self, x, mask):
+        """(table, idx): idx None and table [B,T,n,n] (a matrix per position), or table
+        [U,n,n] and idx [B,T] long, the matrix of position (b, t) being table[idx[b, t]]."""
+        raise NotImplementedError
+
+    def _matrices(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """The word matrix at every position, [B,T,n,n] (views and analysis)."""
+        table, idx = self._table(x, mask)
+        return table if idx is None else table[idx]
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        if hidden_size < 1:
+            raise ValueError("hidden_size must be >= 1")
+        self.input_size, self.hidden_size, self.state_size = input_size, hidden_size, hidden_size + 1
+        self.recurrent_dropout = 0.0
+        e0 = torch.zeros(hidden_size)
+        e0[0] = 1.0
+        self.register_buffer("e0", e0, persistent=False)   # also fixes dtype/device of states
+
+    def initial_state(self, batch: int, dtype=None, device=None) -> torch.Tensor:
+        """[B, n+1] zeros: h = 0, u = 0, i.e. "start from e_0 at the first token"."""
+        return torch.zeros(batch, self.state_size, dtype=dtype or self.e0.dtype,
+                           device=device or self.e0.device)
+
+    def output(self, s: torch.Tensor) -> torch.Tensor:
+        return s[..., : self.hidden_size]
+
+    def word_matrix(self, x: torch.Tensor) -> torch.Tensor:
+        """The word's matrix, x[..., E] -> [..., n, n] (Q(x) for the URN, A(x) for LinearRNN)."""
+        flat = x.reshape(-1, 1, self.input_size)
+        return self._matrices(flat, None).reshape(*x.shape[:-1], self.hidden_size, self.hidden_size)
+
+    # --- reference ---------------------------------------------------------------
+    def step(self, x_t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """h' = A(x_t) (h + (1 - u) e_0), u' = 1; x_t[B,E], s[B,n+1] (no dropout)."""
+        n = self.hidden_size
+        A = self._matrix_ref(x_t)
+        h, u = s[:, :n], s[:, n:]
+        p = h + (1 - u) * self.e0.to(s.dtype)
+        new_h = torch.einsum("bij,bj->bi", A, p)
+        return torch.cat([new_h, torch.ones_like(u)], -1)
+
+    # --- fast path ---------------------------------------------------------------
+    def _scan(self, x, mask, s):
+        B, T, _ = x.shape
+        n = self.hidden_size
+        table, idx = self._table(x, mask)
+        # Per step, gather from the table (its gradient is index_add'ed into [U,n,n]), or
+        # unbind a per-position table once (one stack in backward, not T zero-filled copies).
+        steps = table.unbind(1) if idx is None else None
+        drop_A = drop_h = None
+        if self.training and self.recurrent_dropout > 0:
+            drop_A, drop_h = self._dropout_masks(B, n, table)
+        e0 = self.e0.to(s.dtype)
+        h, u = s[:, :n], s[:, n:]
+        one = torch.ones_like(u)
+        hs, us = [], []
+        for t in range(T):
+            p = h if drop_h is None else h * drop_h
+            p = p + (1 - u) * e0
+            At = steps[t] if idx is None else table.index_select(0, idx[:, t])
+            if drop_A is not None:
+                At = At * drop_A
+            new = torch.bmm(At, p[:, :, None])[:, :, 0]
+            if mask is None:
+                h, u = new, one
+            else:
+                m = mask[:, t, None]
+                h, u = torch.where(m, new, h), torch.where(m, one, u)
+            hs.append(h)
+            us.append(u)
+        if not T:
+            return s.new_zeros(B, 0, n + 1), s
+        return torch.cat([torch.stack(hs, 1), torch.stack(us, 1)], -1), torch.cat([h, u], -1)
+
+    def _dropout_masks(self, B: int, n: int, like: torch.Tensor):
+        """One mask per sequence, for all steps: ([B,n,n] on the word matrices' entries,
+        [B,n] on the carried state), kept entries scaled by 1/keep."""
+        keep = 1.0 - self.recurrent_dropout
+        return (torch.bernoulli(like.new_full((B, n, n), keep)) / keep,
+                torch.bernoulli(like.new_full((B, n), keep)) / keep)
+
+    # --- views -------------------------------------------------------------------
+    def linear_view(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> DenseView:
+        """Exact view on s = [h; u]: A_ext = [[A, -A e_0], [0, 0]], g = [A e_0; 1],
+        readout h = s[:n], no start state (see the module docstring). Dense [B,T,n+1,n+1]."""
+        A = self._matrices(x, mask)
+        B, T, n, _ = A.shape
+        Ae0 = A[..., :, 0]                                               # A e_0: first column
+        zeros_row = A.new_zeros(B, T, 1, n + 1)
+        A_ext = torch.cat([torch.cat([A, -Ae0[..., None]], -1), zeros_row], -2)
+        g = torch.cat([Ae0, A.new_ones(B, T, 1)], -1)
+        return DenseView(g, A_ext, mask=mask, readout=slice(0, n), exact=True)
+
+    def start_view(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> DenseView:
+        """The paper's form on h alone: A = A(x_t) [B,T,n,n], g = 0, h0 = e_0. Every n-gram
+        vector is 0 and analysis.ngrams.initial_part(view) = A(x_t)...A(x_1) e_0 = h_t: the
+        state is the phrase embedding applied to e_0 (Sec. 11.2.4)."""
+        A = self._matrices(x, mask)
+        B, T, n, _ = A.shape
+        h0 = self.e0.to(A.dtype).expand(B, n).clone()
+        return DenseView(A.new_zeros(B, T, n), A, mask=mask, readout=slice(None), exact=True, h0=h0)
+
+    def recurrent_weights(self):
+        return []          # no recurrent matrix: the matrices are the words' own
+
+
+class URN(_WordMatrixCell):
+    """Unitary recurrent network: Q(x) = expm(T - T^T), T's strict upper triangle from x row
+    by row (first `truncation` rows only, if set). x[B,T,E] -> out[B,T,n], state [B,n+1].
+    See the module docstring for the state, the map x -> T, dropout and gradients."""
+
+    def __init__(self, input_size: int, hidden_size: int, truncation: int | None = None):
+        super().__init__(input_size, hidden_size)
+        if truncation is not None and not 1 <= truncation <= hidden_size:
+            raise ValueError(f"truncation must be between 1 and hidden_size={hidden_size}, got {truncation}")
+        self.truncation = truncation
+        self.n_free = triangle_size(hidden_size, truncation)
+        if self.n_free == 0:
+            raise ValueError("a URN needs hidden_size >= 2")
+        self.unique_rows = True             # False: always one exponential per position
+        if input_size == self.n_free:
+            self.proj = None                # the embedding is the triangle
+        else:
+            self.proj = nn.Linear(input_size, self.n_free, bias=False)
+            bound = 0.05 / math.sqrt(input_size)     # var(T) = 0.05^2/3 for unit-variance x
+            nn.init.uniform_(self.proj.weight, -bound, bound)
+        rows, cols = torch.triu_indices(hidden_size, hidden_size, 1)
+        self.register_buffer("_rows", rows[: self.n_free].clone(), persistent=False)
+        self.register_buffer("_cols", cols[: self.n_free].clone(), persistent=False)
+
+    def triangle(self, x: torch.Tensor) -> torch.Tensor:
+        """x[..., E] -> the free entries of T, [..., F]."""
+        return x if self.proj is None else self.proj(x)
+
+    def _expm(self, x: torch.Tensor) -> torch.Tensor:
+        """x[N,E] -> Q [N,n,n]: T by scattering the free entries, S = T - T^T, expm."""
+        n = self.hidden_size
+        v = self.triangle(x)
+        T = v.new_zeros(v.shape[0], n, n)
+        T[:, self._rows, self._cols] = v
+        return matrix_exp(T - T.transpose(1, 2))
+
+    def _table(self, x, mask):
+        """One exponential per distinct row of x (`_unique`), or per position in eval mode
+        when gradients w.r.t. x are recorded, or when unique_rows is False. Pad rows are
+        zeroed first: they share one Q = I and carry no gradient."""
+        if mask is not None:
+            x = torch.where(mask[..., None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+        if self.unique_rows and (self.training or not (torch.is_grad_enabled() and x.requires_grad)):
+            return self._unique(x)
+        return self._per_position(x), None
+
+    def _unique(self, x):
+        """x[B,T,E] -> (Q [U,n,n] of the U distinct rows, idx [B,T])."""
+        B, T, E = x.shape
+        flat = x.reshape(B * T, E)
+        if flat.shape[0] == 0:
+            return x.new_zeros(0, self.hidden_size, self.hidden_size), torch.zeros(B, T, dtype=torch.long,
+                                                                                device=x.device)
+        first, inv = distinct_rows(flat.detach())
+        return self._expm(flat[first]), inv.view(B, T)
+
+    def _per_position(self, x):
+        """Reference for `_unique`: an exponential at every position, [B,T,n,n]."""
+        B, T, E = x.shape
+        return self._expm(x.reshape(B * T, E)).view(B, T, self.hidden_size, self.hidden_size)
+
+    def _matrix_ref(self, x_t):
+        """Q(x_t) [B,n,n] from the equations: T row by row (skew_ref), expm."""
+        v = x_t if self.proj is None else x_t @ self.proj.weight.T
+        return matrix_exp(skew_ref(v, self.hidden_size, self.truncation))
+
+    def extra_repr(self) -> str:
+        trunc = f", truncation={self.truncation}" if self.truncation is not None else ""
+        return f"{self.input_size}, {self.hidden_size}{trunc}"
+
+
+class LinearRNN(_WordMatrixCell):
+    """Any matrix per word (the paper's unconstrained baseline, Fig. 11.5):
+    A(x) = reshape(W x + b, n, n), h_t = A(x_t) h_{t-1} from e_0, no activation.
+    x[B,T,E] -> out[B,T,n], state [B,n+1]. Initialised as MM: b = vec(I), W ~ N(0, (0.1 /
+    sqrt(E n))^2), so A(x) starts near the identity for unit-variance inputs."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__(input_size, hidden_size)
+        n = hidden_size
+        self.W = nn.Linear(input_size, n * n)
+        with torch.no_grad():
+            nn.init.normal_(self.W.weight, std=0.1 / math.sqrt(input_size * n))
+            self.W.bias.copy_(torch.eye(n).reshape(-1))
+
+    def _table(self, x, mask):
+        return self.W(x).view(*x.shape[:-1], self.hidden_size, self.hidden_size), None
+
+    def _matrix_ref(self, x_t):
+        n = self.hidden_size
+        return (x_t @ self.W.weight.T + self.W.bias).reshape(-1, n, n)
+
+
+UNITARY_CELLS = {"urn": URN, "linear-rnn": LinearRNN}
