@@ -17,14 +17,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
-    from .train.config import flat_fields
+    from .train.config import TASKS, flat_fields
 
     g = p.add_argument_group("config overrides (each also settable in --config)")
     from .cells import CELLS
     from .data.datasets import DATASETS
 
     choices = {"corpus": ["polarity", "tsv", *DATASETS], "cell": [*CELLS, "transformer"],
-               "task": ["classify", "regress", "relation", "tag", "lm"]}
+               "task": list(TASKS)}
     for name, (section, _typ) in flat_fields().items():
         flags = [f"--{name.replace('_', '-')}"] + (["--data"] if name == "corpus" else [])
         extra = f": one of {', '.join(choices[name])}" if name in choices else ""
@@ -44,6 +44,11 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def _scores_line(scores: dict) -> str:
+    """The numbers of a metrics dict as k=v; breakdowns (dicts) are left to --json / metrics.jsonl."""
+    return " ".join(f"{k}={v:.4f}" for k, v in scores.items() if isinstance(v, (int, float)))
+
+
 def cmd_train(args) -> int:
     from .train.checkpoint import output_dir
     from .train.config import Config, load_config_file
@@ -59,7 +64,7 @@ def cmd_train(args) -> int:
     with output_dir(args.out, force=args.force) as tmp:
         res = train_run(cfg, tmp, progress=not args.quiet)
     if res.test:
-        print("test " + " ".join(f"{k}={v:.4f}" for k, v in res.test.items()))
+        print("test " + _scores_line(res.test))
     print(f"wrote {args.out}")
     return 0
 
@@ -92,7 +97,7 @@ def cmd_eval(args) -> int:
     if args.json:
         print(json.dumps({"split": args.split, **scores}))
     else:
-        print(f"{args.split} " + " ".join(f"{k}={v:.4f}" for k, v in scores.items()))
+        print(f"{args.split} " + _scores_line(scores))
     return 0
 
 

@@ -41,7 +41,8 @@ class RNNEncoder(nn.Module):
         for layer in range(cfg.layers):
             size = embedding.embedding_dim if layer == 0 else self.output_size
             for _ in range(self.directions):
-                cell = CELLS[cfg.cell](size, cfg.hidden_size)
+                extra = {"truncation": cfg.truncation} if cfg.truncation is not None else {}
+                cell = CELLS[cfg.cell](size, cfg.hidden_size, **extra)
                 cell.recurrent_dropout = cfg.recurrent_dropout
                 if cfg.clamp is not None:
                     cell.clamp = cfg.clamp
@@ -53,6 +54,8 @@ class RNNEncoder(nn.Module):
                         spectral_norm(module, name)
                 cells.append(cell)
         self.cells = nn.ModuleList(cells)
+        if hasattr(cells[0], "init_embedding"):      # e.g. the URN: words are matrices
+            cells[0].init_embedding(embedding)
         self.embedding_dropout = nn.Dropout(cfg.embedding_dropout)
         self.layer_dropout = nn.Dropout(cfg.layer_dropout)
 

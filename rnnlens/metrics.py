@@ -222,3 +222,73 @@ def perplexity(total_nll: float, tokens: int) -> float:
         return math.exp(mean)
     except OverflowError:
         return math.inf
+
+
+# ---------------------------------------------------------------------------------------
+# Accuracy broken down by a key (attractors, depth, length), with binomial intervals
+# ---------------------------------------------------------------------------------------
+
+
+def wilson_interval(k: float, n: float, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion: k successes in n trials.
+
+    The interval holds the p with |k/n - p| <= z sqrt(p (1 - p) / n) (Wilson 1927):
+      centre = (p^ + z^2 / 2n) / (1 + z^2 / n),
+      half   = z / (1 + z^2 / n) * sqrt(p^ (1 - p^) / n + z^2 / 4n^2).
+    z = 1.96 gives 95%. Unlike p^ +- z sqrt(p^(1-p^)/n) it stays inside [0, 1] and is not
+    empty at k = 0 or k = n. k=8, n=10 -> (0.4902, 0.9433). n = 0 -> (0.0, 1.0).
+    """
+    if n < 0 or k < 0 or k > n:
+        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z / denom * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def accuracy_by(correct, keys, interval: bool = False, z: float = 1.96) -> dict[str, dict]:
+    """Group outcomes by key: {str(key): {"n", "correct", "accuracy", "error"[, "low", "high"]}}.
+
+    correct: one bool (or 0/1) per item; keys: one int per item (e.g. its attractors).
+    Keys come out in increasing order, as strings so the dict survives a JSON round trip
+    unchanged. interval=True adds the Wilson interval of the accuracy (`wilson_interval`).
+    """
+    correct, keys = list(correct), list(keys)
+    if len(correct) != len(keys):
+        raise ValueError(f"{len(correct)} outcomes but {len(keys)} keys")
+    n: dict = {}
+    ok: dict = {}
+    for c, key in zip(correct, keys):
+        n[key] = n.get(key, 0) + 1
+        ok[key] = ok.get(key, 0) + int(bool(c))
+    out: dict[str, dict] = {}
+    for key in sorted(n):
+        row = {"n": n[key], "correct": ok[key], "accuracy": ok[key] / n[key], "error": 1 - ok[key] / n[key]}
+        if interval:
+            row["low"], row["high"] = wilson_interval(ok[key], n[key], z)
+        out[str(key)] = row
+    return out
+
+
+def majority_baseline(train_labels, eval_labels, eval_keys=None, interval: bool = False) -> dict:
+    """Always predict the most frequent training label: its accuracy on eval_labels.
+
+    Ties go to the label seen first in train_labels. With eval_keys, also the accuracy by
+    key (`accuracy_by`). -> {"label", "n", "accuracy", "error"[, "by_key"]}.
+    """
+    counts: dict = {}
+    for lab in train_labels:
+        counts[lab] = counts.get(lab, 0) + 1
+    if not counts:
+        raise ValueError("majority baseline: no training labels")
+    label = max(counts, key=lambda lab: counts[lab])     # max keeps the first of equal counts
+    hits = [lab == label for lab in eval_labels]
+    acc = sum(hits) / len(hits) if hits else 0.0
+    out = {"label": label, "n": len(hits), "accuracy": acc, "error": 1 - acc}
+    if eval_keys is not None:
+        out["by_key"] = accuracy_by(hits, eval_keys, interval)
+    return out

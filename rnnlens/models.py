@@ -27,9 +27,17 @@ def build_head(cfg: ModelConfig, task: str, encoder, labels: list[str] | None, v
         return RelationHead(D, labels, **sentence)
     if task == "tag":
         return TaggerHead(D, labels, dropout=cfg.dropout)
+    if task == "agreement":
+        from .heads.agreement import AgreementHead
+        return AgreementHead(D, len(labels), **sentence)
+    if task in ("lm", "dyck", "crossserial") and (cfg.bidirectional or cfg.cell == "transformer"):
+        raise RnnlensError(f"a language model ({task}: next-symbol prediction) needs a one-direction "
+                           "recurrent encoder")
+    if task in ("dyck", "crossserial"):
+        from .heads.formal import CrossSerialHead, DyckHead
+        head = DyckHead if task == "dyck" else CrossSerialHead
+        return head(D, labels, dropout=cfg.dropout, bias=cfg.output_bias)
     if task == "lm":
-        if cfg.bidirectional or cfg.cell == "transformer":
-            raise RnnlensError("a language model needs a one-direction recurrent encoder")
         return LMHead(D, vocab_size, encoder.embedding, tie=cfg.tie_weights,
                       cutoffs=cfg.adaptive_softmax, dropout=cfg.dropout)
     raise RnnlensError(f"unknown task {task!r}")

@@ -377,3 +377,13 @@ def test_word_matrices_from_a_model_and_from_a_cell():
     assert max_diff(out[0, -1], phrase_embedding(Q)[:, 0]) < 1e-12
     with pytest.raises(RnnlensError, match="not in the vocabulary"):
         word_matrices(model, vocab=vocab, words=["{"])
+
+
+def test_encoder_sets_truncation_and_the_papers_embedding_init():
+    from rnnlens.models import RNNModel
+    from rnnlens.train.config import ModelConfig
+
+    m = RNNModel(ModelConfig(cell="urn", embedding_dim=144, hidden_size=50, truncation=3), 12, "classify", ["a", "b"])
+    cell = m.encoder.cells[0]
+    assert cell.truncation == 3 and cell.proj is None                    # 49 + 48 + 47 free entries
+    assert m.embedding.weight.abs().max() <= 0.05

@@ -264,6 +264,13 @@ class URN(_WordMatrixCell):
         self.register_buffer("_rows", rows[: self.n_free].clone(), persistent=False)
         self.register_buffer("_cols", cols[: self.n_free].clone(), persistent=False)
 
+    def init_embedding(self, embedding: nn.Embedding) -> None:
+        """The paper's initialisation (NOTES.md): word vectors uniform in +-0.05 when they are
+        the triangle itself (torch's N(0, 1) would start every word as a large rotation)."""
+        if self.proj is None:
+            with torch.no_grad():
+                nn.init.uniform_(embedding.weight, -0.05, 0.05)
+
     def triangle(self, x: torch.Tensor) -> torch.Tensor:
         """x[..., E] -> the free entries of T, [..., F]."""
         return x if self.proj is None else self.proj(x)

@@ -12,10 +12,15 @@ from .vocab import Vocab
 
 @dataclass
 class Example:
-    """One instance: its tokens and a target (a class index for classification)."""
+    """One instance: its tokens and a target (a class index for classification).
+
+    info: per-example facts a head's metrics need beyond the target (e.g. the number of
+    attractors of an agreement item); collate gathers them into Batch.extra.
+    """
 
     tokens: list[str]
     label: int | float | None = None
+    info: dict | None = None
 
 
 @dataclass
@@ -26,6 +31,7 @@ class Batch:
     mask:    [B, T] bool, True on real tokens
     lengths: [B] long
     targets: [B] (long for classes, float for regression) or None
+    extra:   per-example facts from Example.info: key -> list of B values
     """
 
     tokens: torch.Tensor
@@ -62,7 +68,11 @@ def collate(examples: Sequence[Example], vocab: Vocab) -> Batch:
     elif labels and all(lab is not None for lab in labels):
         dtype = torch.float32 if any(isinstance(lab, float) for lab in labels) else torch.long
         targets = torch.tensor(labels, dtype=dtype)
-    return Batch(tokens, mask, lengths, targets)
+    extra: dict = {}
+    if any(ex.info for ex in examples):          # key -> one value per example (None where absent)
+        for key in dict.fromkeys(k for ex in examples if ex.info for k in ex.info):
+            extra[key] = [ex.info.get(key) if ex.info else None for ex in examples]
+    return Batch(tokens, mask, lengths, targets, extra)
 
 
 BUCKET_FACTOR = 50

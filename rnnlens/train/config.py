@@ -18,7 +18,9 @@ CONFIG_VERSION = 1
 OPTIMIZERS = ("adagrad", "adam", "sgd")
 
 
-TASKS = ("classify", "regress", "relation", "tag", "lm")
+TASKS = ("classify", "regress", "relation", "tag", "lm", "dyck", "crossserial", "agreement")
+# Tasks with a dataset of their own name: `--task dyck` alone means `--data dyck`.
+OWN_CORPUS_TASKS = ("dyck", "crossserial", "agreement")
 
 
 @dataclass
@@ -38,6 +40,14 @@ class DataConfig:
     lowercase: bool = True
     min_count: int = 1
     max_vocab: int | None = None
+    # dyck / crossserial (unitary-networks paper, 11.5): None = the paper's value
+    train_size: int | None = None     # 102,400 Dyck / 51,200 cross-serial strings
+    dev_size: int | None = None       # drawn like test (own seed); None = test_size; 0 = no dev
+    test_size: int | None = None      # 5,120
+    train_depth: int | None = None    # dyck: maximum nesting depth of train (3) and test (10)
+    test_depth: int | None = None
+    train_k: int | None = None        # crossserial: train on C_train_k (8), test in C_test_k (10)
+    test_k: int | None = None
 
 
 @dataclass
@@ -62,6 +72,7 @@ class ModelConfig:
     clamp: float | None = None        # n-gram cells: bound states to (-clamp, clamp) (sequence-level A.4)
     spectral_norm: bool = False       # spectral normalisation of the recurrent matrices (implicit-ngrams fn. 8)
     window: int = 20                  # va-w: the window m of position-specific matrices
+    truncation: int | None = None     # urn: keep only the first k rows of T (rank S <= 2k)
 
 
 @dataclass
@@ -127,6 +138,8 @@ class Config:
         need(m.cell in CELLS or m.cell == "transformer",
              f"model.cell {m.cell!r} is not one of {', '.join([*CELLS, 'transformer'])}")
         need(m.layers >= 1, "model.layers must be >= 1")
+        need(m.truncation is None or (m.cell == "urn" and 1 <= m.truncation < m.hidden_size),
+             "model.truncation is for the urn cell, between 1 and hidden_size - 1")
         for name in ("dropout", "embedding_dropout", "layer_dropout", "recurrent_dropout"):
             need(0.0 <= getattr(m, name) < 1.0, f"model.{name} must be in [0, 1)")
         need(m.mlp_hidden is None or m.mlp_hidden > 0, "model.mlp_hidden must be positive")
@@ -139,6 +152,17 @@ class Config:
         need(m.window >= 1, "model.window must be >= 1")
         need(t.threads is None or t.threads >= 1, "train.threads must be >= 1")
         need(dcfg.task is None or dcfg.task in TASKS, f"data.task {dcfg.task!r} is not one of {', '.join(TASKS)}")
+        if dcfg.task in OWN_CORPUS_TASKS and dcfg.corpus == "polarity":
+            dcfg.corpus = dcfg.task           # the default corpus never has these tasks
+        formal = {"dyck": ("train_depth", "test_depth"), "crossserial": ("train_k", "test_k")}
+        for name in ("train_size", "dev_size", "test_size", "train_depth", "test_depth", "train_k", "test_k"):
+            value = getattr(dcfg, name)
+            need(value is None or dcfg.corpus in formal,
+                 f"data.{name} is for the dyck and crossserial corpora only")
+            lo = 0 if name == "dev_size" else 1
+            need(value is None or value >= lo, f"data.{name} must be >= {lo}")
+            need(value is None or not name.endswith(("_depth", "_k")) or name in formal.get(dcfg.corpus, ()),
+                 f"data.{name} does not apply to corpus {dcfg.corpus!r}")
         need(dcfg.bptt >= 1, "data.bptt must be >= 1")
         need(dcfg.max_length is None or dcfg.max_length >= 1, "data.max_length must be >= 1")
         need(m.pooling in POOLINGS, f"model.pooling {m.pooling!r} is not one of {', '.join(POOLINGS)}")

@@ -45,6 +45,13 @@ def load_data(cfg: Config) -> Data:
             if f:
                 splits[name] = label_examples(read_labelled_tsv(f, tok), labels, f)
         data = Data("classify", splits, labels, [f"label<TAB>text files ({d.train_file})"])
+    elif d.corpus in ("dyck", "crossserial"):
+        from ..data.datasets import load_dataset
+
+        sizes = ("train_size", "dev_size", "test_size")
+        params = sizes + (("train_depth", "test_depth") if d.corpus == "dyck" else ("train_k", "test_k"))
+        ds = load_dataset(d.corpus, None, seed=d.corpus_seed, **{k: getattr(d, k) for k in params})
+        data = Data(ds.task, ds.splits, ds.labels, list(ds.notes))
     else:
         from ..data.datasets import load_dataset
 

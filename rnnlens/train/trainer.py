@@ -127,7 +127,8 @@ class Trainer:
                 print(f"epoch {epoch}: batch {done}, loss {loss_sum / n:.4f}", flush=True)
             if not bar.disable and self.step % 10 == 0:
                 shown = self.model.head.finalize(sums) if track else {}
-                bar.set_postfix(loss=f"{loss_sum / n:.4f}", **{k: f"{v:.3f}" for k, v in shown.items()},
+                bar.set_postfix(loss=f"{loss_sum / n:.4f}",
+                                **{k: f"{v:.3f}" for k, v in shown.items() if isinstance(v, (int, float))},
                                 refresh=False)
         bar.close()
         return {"loss": loss_sum / max(n, 1), **(self.model.head.finalize(sums) if track else {})}
