@@ -274,3 +274,78 @@ def tsne_scatter(points: np.ndarray, labels: Sequence, path: str | Path, title: 
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
+
+
+# --- unitary recurrent networks (rnnlens unitary) --------------------------------------------
+
+def signature_dials(names: Sequence[str], signatures: Sequence, path: str | Path, title: str = "",
+                    effects: Sequence[float] | None = None, columns: int = 6) -> Path:
+    """One dial per item, a hand per rotation angle of its signature (unitary-networks paper,
+    Sec. 11.4.5.1 and Table 11.2): angle 0 points up, pi (180 degrees) points down, so a word
+    that barely moves the state has its hands near the top. The largest angle gets the
+    longest, darkest hand. signatures: per item a Signature (its .degrees) or a sequence of
+    angles in degrees. effects: optional average effects, shown under the names."""
+    plt = _plt()
+    angles = [list(s.degrees) if hasattr(s, "degrees") else [float(a) for a in s] for s in signatures]
+    k = len(names)
+    cols = max(1, min(columns, k))
+    rows = max(1, -(-k // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(1.9 * cols, 2.2 * rows + 0.5),
+                             subplot_kw={"projection": "polar"}, squeeze=False)
+    cmap = plt.get_cmap("Blues")
+    for idx, ax in enumerate(axes.flat):
+        if idx >= k:
+            ax.set_visible(False)
+            continue
+        ax.set_theta_zero_location("N")
+        ax.set_theta_direction(-1)
+        ax.set_ylim(0, 1.05)
+        ax.set_yticks([])
+        ax.set_xticks(np.radians([0, 90, 180, 270]), [])     # grid at 0/90/180: the suptitle says which
+        ax.grid(alpha=0.25)
+        deg = sorted(angles[idx], reverse=True)
+        for j, a in enumerate(deg):
+            length = 1.0 - 0.5 * j / max(1, len(deg))
+            shade = cmap(0.95 - 0.55 * j / max(1, len(deg)))
+            ax.plot([np.radians(a)] * 2, [0, length], color=shade, lw=2.2 - 1.2 * j / max(1, len(deg)),
+                    solid_capstyle="round")
+        ax.plot([0], [0], "o", color="black", ms=3)
+        label = str(names[idx])
+        if effects is not None:
+            label += f"\neffect {float(effects[idx]):.2f}"
+        if not deg:
+            label += "\n(no rotation)"
+        ax.set_title(label, fontsize=8, pad=6)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def distance_heatmap(names: Sequence[str], table, path: str | Path, title: str = "",
+                     label: str = "||Q_i - Q_j||_F^2") -> Path:
+    """A symmetric table of distances between items as a heatmap with its numbers
+    (unitary-networks paper, Table 11.4). table: [k, k] array-like, or anything with a
+    .values of that shape (analysis.unitary.FrobeniusTable). Darker = closer."""
+    plt = _plt()
+    D = np.asarray(getattr(table, "values", table), dtype=float)
+    k = len(names)
+    size = 0.5 * k + 2.4
+    fig, ax = plt.subplots(figsize=(size + 1.2, size))
+    im = ax.imshow(D, cmap="viridis", vmin=0, vmax=max(1e-9, float(D.max())))
+    tilt = max((len(str(n)) for n in names), default=0) > 2
+    ax.set_xticks(range(k), names, rotation=45 if tilt else 0, ha="right" if tilt else "center")
+    ax.set_yticks(range(k), names)
+    if k <= 20:
+        hi = float(D.max()) or 1.0
+        for i in range(k):
+            for j in range(k):
+                ax.text(j, i, f"{D[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if D[i, j] < 0.6 * hi else "black")
+    fig.colorbar(im, ax=ax, shrink=0.8, label=label)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
