@@ -157,8 +157,13 @@ class RationalCell(Cell):
 
     # --- the recurrence --------------------------------------------------------------
     def _scan(self, x, mask, s):
-        H, sr = self.hidden_size, self.sr
         u, f, _ = self.gates(x)
+        states = self._run(u, f, mask, s, x.dtype)
+        return states, states[:, -1]
+
+    def _run(self, u, f, mask, s, dtype):
+        """The state recurrences from the gates: [B,T,K*H]."""
+        H, sr = self.hidden_size, self.sr
         s0 = s.view(s.shape[0], self.blocks, H)
         blocks, prev = [], None
         for j in range(self.n):
@@ -167,16 +172,15 @@ class RationalCell(Cell):
                 # enter pattern state j from state j-1 as it was *before* this token
                 before = torch.cat([s0[:, j - 1, None], prev[:, :-1]], 1)
                 if self.pattern == "f" and j == 1:
-                    before = sr.plus(before, self._pr(x.dtype)[2])
+                    before = sr.plus(before, self._pr(dtype)[2])
                 uj = sr.times(before, uj)
             c = elementwise_scan(f[j], uj, s0[:, j], semiring=sr.name, mask=mask)
             blocks.append(c)
             prev = c
         if self.pattern == "f":
-            p1, p2, _ = self._pr(x.dtype)
+            p1, p2, _ = self._pr(dtype)
             blocks.append(sr.plus(sr.times(p1, blocks[0]), sr.times(p2, blocks[1])))
-        states = torch.cat(blocks, -1)
-        return states, states[:, -1]
+        return torch.cat(blocks, -1)
 
     def step(self, x_t, s):
         """The plain per-step reference, written from Appendix D's equations."""
@@ -195,10 +199,10 @@ class RationalCell(Cell):
             new.append(sr.plus(sr.times(p1, new[0]), sr.times(p2, new[1])))
         return torch.cat(new, -1)
 
-    def _out(self, x, states, mask=None):
+    def _out(self, x, states, mask=None, o=None):
         c = states[..., (self.blocks - 1) * self.hidden_size:]
         if self.output_gate:
-            o = self.gates(x)[2]
+            o = self.gates(x)[2] if o is None else o
             if mask is not None:    # a pad position repeats the output of the last real token
                 last = (mask.long().cumsum(1) - 1).clamp(min=0)
                 o = o.gather(1, last[..., None].expand_as(o))
@@ -210,8 +214,13 @@ class RationalCell(Cell):
         return h
 
     def forward(self, x, mask=None, state=None):
-        states, final = self.scan(x, mask, state)
-        return self._out(x, states, mask), final
+        if x.dim() != 3 or x.shape[-1] != self.input_size:
+            raise ValueError(f"expected x of shape [B, T, {self.input_size}], got {tuple(x.shape)}")
+        if state is None:
+            state = self.initial_state(x.shape[0], x.dtype, x.device)
+        u, f, o = self.gates(x)                   # one projection for the scan and the output gate
+        states = self._run(u, f, mask, state, x.dtype)
+        return self._out(x, states, mask, o), states[:, -1]
 
     def step_loop(self, x, mask=None, state=None):
         if state is None:
