@@ -187,6 +187,20 @@ def test_per_token_views_of_tag_and_lm_models(task):
     assert np.abs(v.grid[0]).sum() > 0 and v.top(3)
 
 
+def test_report_of_a_formal_language_model(tmp_path):
+    """A Dyck model (next-symbol head) gets per-token views, not a crash."""
+    from rnnlens.cli import main
+
+    out = tmp_path / "dyck"
+    assert main(["train", "--task", "dyck", "--cell", "urn", "--embedding-dim", "6", "--hidden-size", "4",
+                 "--train-size", "64", "--dev-size", "16", "--test-size", "16", "--epochs", "1", "--quiet",
+                 "--out", str(out)]) == 0
+    assert main(["report", "--model", str(out), "--out", str(tmp_path / "rep"), "--samples", "1",
+                 "--quiet"]) == 0
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert 'id="samples"' in html and "next symbol" in html
+
+
 # --- in a browser -------------------------------------------------------------------------------
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -238,6 +238,10 @@ def explain_sentence(model, vocab, tokens: list[str]) -> SentenceView:
             names = [vocab.itos[i] for i in pred]
             explained = ("the log-probability (adaptive softmax)" if adaptive is not None else "the logit") + \
                         " of the predicted next word at each token"
+        elif hasattr(model.head, "symbols"):        # formal languages: next-symbol logits
+            pred = out[0].argmax(-1).tolist()
+            names = [model.head.symbols[i] for i in pred]
+            explained = "the logit of the predicted next symbol at each token"
         else:
             pred = model.head.crf.decode(out, batch.mask)[0]
             names = [model.head.tags[i] for i in pred]
