@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from .common import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCES = ("torch.nn.LSTM", "torch.nn.GRU", "torch.nn.LSTM-aten")
 # torch.nn.LSTM on the CPU runs oneDNN's fused RNN kernel (mkldnn_rnn_layer). "-aten" runs the
@@ -145,7 +147,7 @@ def report(rows: list[dict], args, started: str, seconds: float, load: tuple[flo
             ratio = r["tokens_per_s"] / lstm
             target.append(f"{name} {ratio:.2f}x of >= {goal:.1f}x ({'met' if ratio >= goal else 'NOT met'})")
     machine = f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs"
-    cpu = platform.processor() or _cpu_model()
+    cpu = platform.processor() or cpu_model()
     return "\n".join([
         "# Cell training speed",
         "",
@@ -175,16 +177,6 @@ def report(rows: list[dict], args, started: str, seconds: float, load: tuple[flo
         "This run: " + "; ".join(target),
         "",
     ])
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
 
 
 def main(argv=None) -> int:

@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from .common import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -103,7 +105,7 @@ def report(rows: list[dict], args, started: str, seconds: float, load: tuple[flo
         machine = f"{torch.cuda.get_device_name(args.device)}, {platform.platform()}"
     else:
         machine = f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs"
-        cpu = platform.processor() or _cpu_model()
+        cpu = platform.processor() or cpu_model()
         machine += f"; CPU: {cpu}" if cpu else ""
     busy = load[0] > 0.5 or load[1] > args.threads + 0.5
     return "\n".join([
@@ -128,16 +130,6 @@ def report(rows: list[dict], args, started: str, seconds: float, load: tuple[flo
         "float32 outputs of the two.",
         "",
     ])
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
 
 
 def main(argv=None) -> int:

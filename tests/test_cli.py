@@ -13,7 +13,7 @@ TINY = ["--embedding-dim", "8", "--hidden-size", "8", "--epochs", "1", "--quiet"
 
 
 def run(capsys, *argv):
-    code = main(list(argv))
+    code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rnnlens.analysis.negation import (FORMS, Adjectives, SentimentSides, context_phrase_scores,
+from rnnlens.analysis.negation import (FORMS, Adjectives, context_phrase_scores,
                                        extract_adjectives, format_summary, load_lexicon, negation_study,
                                        sentiment_sides, summarize_study)
 from rnnlens.analysis.polarity import phrase_scores
@@ -18,6 +18,8 @@ from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
 from rnnlens.train.checkpoint import save_checkpoint
 from rnnlens.train.config import Config, ModelConfig
+from test_cli import assert_clean_error as _one_line_error
+from test_cli import run as _run
 
 # --- the lexicon and the extraction -------------------------------------------------
 
@@ -233,20 +235,6 @@ def test_regression_head_readout():
 
 
 # --- the command line ---------------------------------------------------------------
-
-def _run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def _one_line_error(code, err, *needles):
-    assert code == 2
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for n in needles:
-        assert n in lines[0], lines[0]
-
 
 @pytest.fixture(scope="module")
 def tsv_model(tmp_path_factory):

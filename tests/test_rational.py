@@ -5,7 +5,7 @@ import torch
 from conftest import max_diff
 from rnnlens.analysis.ngrams import ngram_vectors
 from rnnlens.cells import CELLS
-from rnnlens.cells.rational import RRNNB, RRNNC, RRNNF, NGramRational
+from rnnlens.cells.rational import RRNNB, RRNNC, NGramRational
 from test_cells import E, H, make, padded_batch
 
 RATIONAL = [n for n in CELLS if n.startswith("rrnn")]

@@ -13,25 +13,12 @@ import torch
 
 from rnnlens.cli import main
 from rnnlens.viz import report as R
+from test_cli import assert_clean_error, run
 
 TINY = ["--embedding-dim", "8", "--hidden-size", "8", "--epochs", "2", "--quiet"]
 SCRIPT = "<script>alert(1)</script>"
 LABEL = "<b>x</b>"
 SECTIONS = ("model-card", "training-curves", "samples", "tsne", "negation", "faithfulness")
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_clean_error(code, err, *needles):
-    assert code == 2
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for n in needles:
-        assert n in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -11,26 +11,12 @@ from rnnlens.analysis.unitary import average_effect, projection, signature, word
 from rnnlens.cli import main
 from rnnlens.data.formal import BRACKETS
 from rnnlens.train.checkpoint import load_checkpoint, save_checkpoint
+from test_cli import assert_clean_error, run
 
 # embedding 6 = the strict upper triangle of a 4 x 4 matrix: the embedding *is* the generator
 TINY = ["--task", "dyck", "--embedding-dim", "6", "--hidden-size", "4", "--train-size", "128",
         "--dev-size", "32", "--test-size", "32", "--epochs", "1", "--quiet"]
 BRACKET_SYMBOLS = [s for pair in zip(*BRACKETS) for s in pair]
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_clean_error(code, err, *needles):
-    assert code == 2
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    for n in needles:
-        assert n in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -99,7 +99,7 @@ def _lstm_in_place(view: LinearView):
     if not isinstance(view, LSTMView) or view.a_f is not None:
         return None
     H = view.H
-    W3t = torch.cat([view.W[:H], view.W[2 * H:]]).T.contiguous()
+    W3t = view.w3.T.contiguous()
 
     def apply(t, V):
         vc, vh = V[..., :H], V[..., H:]

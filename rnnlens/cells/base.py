@@ -28,6 +28,7 @@ class LinearView:
     """
 
     semiring = "real"
+    zero = 0.0            # the semiring's zero: the state before any input
 
     def __init__(self, g: torch.Tensor, mask: torch.Tensor | None, readout: slice,
                  exact: bool, h0: torch.Tensor | None = None):
@@ -80,7 +81,7 @@ class LinearView:
     def unroll(self) -> torch.Tensor:
         """States of the linear recurrence from s_0 = h0 (or 0): [B,T,S]."""
         B, T, S = self.g.shape
-        s = self.h0 if self.h0 is not None else self.g.new_zeros(B, S)
+        s = self.h0 if self.h0 is not None else self.g.new_full((B, S), self.zero)
         out = []
         for t in range(T):
             s = self.step(t, s)

@@ -191,14 +191,21 @@ class LSTMView(LinearView):
         self.W, self.f, self.a_i, self.a_g, self.a_o, self.k = W, f, a_i, a_g, a_o, k
         self.a_f = a_f          # a W_hf term in D: zero in the first-order view, used by variants
         self.H = W.shape[1]
+        self._w3 = None
+
+    @property
+    def w3(self) -> torch.Tensor:
+        """[3H, H]: W_hi, W_hg, W_ho stacked, the blocks that act when a_f is None (W_hf
+        multiplies only c = 0); built once per view."""
+        if self._w3 is None:
+            H = self.H
+            self._w3 = torch.cat([self.W[:H], self.W[2 * H:]])
+        return self._w3
 
     def _apply(self, t, V):
         vc, vh = V.split(self.H, -1)
         if self.a_f is None:        # W_hf multiplies nothing: 3 of the 4 blocks
-            if getattr(self, "_W3t", None) is None:
-                H = self.H
-                self._W3t = torch.cat([self.W[:H], self.W[2 * H:]]).T.contiguous()
-            ui, ug, uo = (vh @ self._W3t).chunk(3, -1)
+            ui, ug, uo = (vh @ self.w3.T).chunk(3, -1)
         else:
             ui, uf, ug, uo = (vh @ self.W.T).chunk(4, -1)
         u = self.f[:, t, None] * vc + self.a_i[:, t, None] * ui + self.a_g[:, t, None] * ug
@@ -226,11 +233,8 @@ class LSTMView(LinearView):
         rc, rh = R.split(self.H, -1)
         q = rc + rh * self.k[:, t, None]
         if self.a_f is None:        # 3 blocks: no zero W_hf block in the product
-            if getattr(self, "_W3", None) is None:
-                H = self.H
-                self._W3 = torch.cat([self.W[:H], self.W[2 * H:]])
             coef = torch.cat([q * self.a_i[:, t, None], q * self.a_g[:, t, None], rh * self.a_o[:, t, None]], -1)
-            return torch.cat([q * self.f[:, t, None], coef @ self._W3], -1)
+            return torch.cat([q * self.f[:, t, None], coef @ self.w3], -1)
         qf = q * self.a_f[:, t, None]
         coef = torch.cat([q * self.a_i[:, t, None], qf,
                           q * self.a_g[:, t, None], rh * self.a_o[:, t, None]], -1)

@@ -38,6 +38,15 @@ except ImportError:  # pragma: no cover - while the fast scan is being written
     from ..ops.elementwise import elementwise_scan_ref as elementwise_scan
 
 
+def _hold_at_pads(o: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """o[B,T,H] with each pad position holding the value of the last real token before it
+    (a pad repeats the last real output)."""
+    if mask is None:
+        return o
+    last = (mask.long().cumsum(1) - 1).clamp(min=0)
+    return o.gather(1, last[..., None].expand_as(o))
+
+
 class RationalView(LinearView):
     """A(x_t) made of K x K diagonal blocks on the state [c_1; ...; c_K] (each [H]):
     (A s)_k = (+)_j a[k, j] (x) s_j elementwise, in the view's semiring.
@@ -49,7 +58,7 @@ class RationalView(LinearView):
     def __init__(self, g, coef, mask, semiring="real"):
         sr = get_semiring(semiring)
         self.sr = sr
-        self.semiring = sr.name
+        self.semiring, self.zero = sr.name, sr.zero
         B, T, K, _, H = coef.shape
         self.K, self.H = K, H
         if mask is not None:
@@ -73,26 +82,18 @@ class RationalView(LinearView):
     def step(self, t, s):
         return self.sr.plus(self.apply(t, s[:, None, :])[:, 0], self.g[:, t])
 
-    def unroll(self):
-        B, T, S = self.g.shape
-        s = self.g.new_full((B, S), self.sr.zero) if self.h0 is None else self.h0
-        out = []
-        for t in range(T):
-            s = self.step(t, s)
-            out.append(s)
-        return torch.stack(out, 1)
-
 
 class RationalCell(Cell):
     """Base of the RRNN family; subclasses set `pattern` ("b", "c", "f" or "ngram") and n."""
 
     pattern = "b"
+    n_states = 1          # pattern states (RRNN(B): 1; C and F: 2; the n-gram cell: n)
 
-    def __init__(self, input_size: int, hidden_size: int, n: int = 1, semiring: str = "real",
-                 output_gate: bool = False):
+    def __init__(self, input_size: int, hidden_size: int, semiring: str = "real", output_gate: bool = False,
+                 n: int | None = None):
         super().__init__()
         self.input_size, self.hidden_size = input_size, hidden_size
-        self.n = n
+        self.n = n = self.n_states if n is None else n
         self.sr = get_semiring(semiring)
         if self.sr.name not in ("real", "max-plus"):
             raise ValueError(f"rational cells run in the real or max-plus semiring, not {self.sr.name}")
@@ -202,10 +203,7 @@ class RationalCell(Cell):
     def _out(self, x, states, mask=None, o=None):
         c = states[..., (self.blocks - 1) * self.hidden_size:]
         if self.output_gate:
-            o = self.gates(x)[2] if o is None else o
-            if mask is not None:    # a pad position repeats the output of the last real token
-                last = (mask.long().cumsum(1) - 1).clamp(min=0)
-                o = o.gather(1, last[..., None].expand_as(o))
+            o = _hold_at_pads(self.gates(x)[2] if o is None else o, mask)
             c = self.sr.times(o, c)
         h = torch.tanh(c)
         if self.training and self.recurrent_dropout > 0:   # one mask per sequence, all steps
@@ -237,11 +235,7 @@ class RationalCell(Cell):
         h = tanh(o * c) ~ o * c to first order; the n-gram attribution reads h through it."""
         if not self.output_gate:
             return x.new_ones(*x.shape[:2], self.hidden_size)
-        o = self.gates(x)[2]
-        if mask is not None:
-            last = (mask.long().cumsum(1) - 1).clamp(min=0)
-            o = o.gather(1, last[..., None].expand_as(o))
-        return o
+        return _hold_at_pads(self.gates(x)[2], mask)
 
     def output(self, s):
         """tanh of the read-out state (the output gate needs the input: see forward)."""
@@ -274,24 +268,15 @@ class RationalCell(Cell):
 
 
 class RRNNB(RationalCell):
-    pattern = "b"
-
-    def __init__(self, input_size, hidden_size, semiring="real", output_gate=False):
-        super().__init__(input_size, hidden_size, 1, semiring, output_gate)
+    pattern, n_states = "b", 1
 
 
 class RRNNC(RationalCell):
-    pattern = "c"
-
-    def __init__(self, input_size, hidden_size, semiring="real", output_gate=False):
-        super().__init__(input_size, hidden_size, 2, semiring, output_gate)
+    pattern, n_states = "c", 2
 
 
 class RRNNF(RationalCell):
-    pattern = "f"
-
-    def __init__(self, input_size, hidden_size, semiring="real", output_gate=False):
-        super().__init__(input_size, hidden_size, 2, semiring, output_gate)
+    pattern, n_states = "f", 2
 
 
 class NGramRational(RationalCell):
@@ -300,7 +285,7 @@ class NGramRational(RationalCell):
     pattern = "ngram"
 
     def __init__(self, input_size, hidden_size, n=3, semiring="real", output_gate=False):
-        super().__init__(input_size, hidden_size, n, semiring, output_gate)
+        super().__init__(input_size, hidden_size, semiring, output_gate, n=n)
 
 
 def _named(cls, **fixed):

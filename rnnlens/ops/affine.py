@@ -201,9 +201,7 @@ class _LSTMBlockScan(torch.autograd.Function):
 def lstm_block_scan(view, s0: torch.Tensor, mask: torch.Tensor | None = None):
     """Fused fast path for an LSTMView: -> (states[B,T,2H], final[B,2H])."""
     g = view.g if mask is None else view.g * mask[..., None].to(view.g.dtype)
-    W = view.W
-    if view.a_f is None:        # W_hf multiplies nothing: a [B,H] x [H,3H] product per step, not 4H
-        H = W.shape[1]
-        W = torch.cat([W[:H], W[2 * H:]])
+    # without a_f, W_hf multiplies nothing: a [B,H] x [H,3H] product per step, not 4H
+    W = view.w3 if view.a_f is None else view.W
     states = _LSTMBlockScan.apply(g, W, view.f, view.a_i, view.a_g, view.a_o, view.k, view.a_f, s0, mask)
     return states, states[:, -1]

@@ -43,12 +43,12 @@ def ngram_bars(labels: Sequence[str], scores: Sequence[float], path: str | Path,
     return Path(path)
 
 
-def ngram_heatmap(tokens: Sequence[str], scores: np.ndarray, path: str | Path, title: str = "") -> Path:
-    """Score of the n-gram from token i (row) to token t (column), as the implicit-ngrams
-    paper's Figure 6; blue is positive and red negative, the colours of the bar plots.
-    scores: [T(end), T(start)]."""
+
+def _upper_heatmap(s: np.ndarray, tokens: Sequence[str], path, title: str, xlabel: str, ylabel: str,
+                   label: str) -> None:
+    """The upper triangle of s[row, col] over the tokens (RdBu, symmetric limits, values
+    written in the cells of sentences of at most 16 tokens)."""
     plt = _plt()
-    s = np.asarray(scores, dtype=float).T                      # rows = start, cols = end
     T = len(tokens)
     masked = np.ma.masked_where(~np.triu(np.ones((T, T), dtype=bool)), s)
     lim = max(1e-9, float(np.abs(masked).max()))
@@ -57,17 +57,24 @@ def ngram_heatmap(tokens: Sequence[str], scores: np.ndarray, path: str | Path, t
     im = ax.imshow(masked, cmap="RdBu", vmin=-lim, vmax=lim)
     ax.set_xticks(range(T), tokens, rotation=45, ha="right")
     ax.set_yticks(range(T), tokens)
-    ax.set_xlabel("n-gram ends at")
-    ax.set_ylabel("n-gram starts at")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     if T <= 16:
         for i in range(T):
             for t in range(i, T):
                 ax.text(t, i, f"{s[i, t]:.1f}", ha="center", va="center", fontsize=7)
-    fig.colorbar(im, ax=ax, shrink=0.8, label="polarity score")
+    fig.colorbar(im, ax=ax, shrink=0.8, label=label)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+def ngram_heatmap(tokens: Sequence[str], scores: np.ndarray, path: str | Path, title: str = "") -> Path:
+    """Score of the n-gram from token i (row) to token t (column), as the implicit-ngrams
+    paper's Figure 6; blue is positive and red negative, the colours of the bar plots.
+    scores: [T(end), T(start)]."""
+    s = np.asarray(scores, dtype=float).T                      # rows = start, cols = end
+    _upper_heatmap(s, tokens, path, title, "n-gram ends at", "n-gram starts at", "polarity score")
     return Path(path)
 
 
@@ -187,27 +194,8 @@ def ngram_heatmap_backward(tokens: Sequence[str], scores: np.ndarray, path: str 
     forward ones. scores: [T(end), T(start)] in reading positions with end <= start (the
     n-gram x_end..x_start is read from x_start back to x_end). Row: the word it ends at
     (leftmost), column: the word it starts at (rightmost)."""
-    plt = _plt()
     s = np.asarray(scores, dtype=float)                          # rows = end (left), cols = start (right)
-    T = len(tokens)
-    masked = np.ma.masked_where(~np.triu(np.ones((T, T), dtype=bool)), s)
-    lim = max(1e-9, float(np.abs(masked).max()))
-    size = 0.55 * T + 2.2
-    fig, ax = plt.subplots(figsize=(size + 1.0, size))
-    im = ax.imshow(masked, cmap="RdBu", vmin=-lim, vmax=lim)
-    ax.set_xticks(range(T), tokens, rotation=45, ha="right")
-    ax.set_yticks(range(T), tokens)
-    ax.set_xlabel("n-gram starts at (read right to left)")
-    ax.set_ylabel("n-gram ends at")
-    if T <= 16:
-        for e in range(T):
-            for st in range(e, T):
-                ax.text(st, e, f"{s[e, st]:.1f}", ha="center", va="center", fontsize=7)
-    fig.colorbar(im, ax=ax, shrink=0.8, label=label)
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _upper_heatmap(s, tokens, path, title, "n-gram starts at (read right to left)", "n-gram ends at", label)
     return Path(path)
 
 
