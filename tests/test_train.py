@@ -55,6 +55,18 @@ def test_early_stopping_when_dev_does_not_improve():
     assert len(hist) == 3                      # the first epoch, then two without improvement
 
 
+def test_time_limit_stops_between_epochs_and_keeps_the_best(tmp_path):
+    model, cfg, train, dev = small_setup(epochs=20)
+    cfg.train.time_limit = 1e-9                  # spent by the end of the first epoch
+    trainer = Trainer(model, cfg.train, metrics_path=tmp_path / "m.jsonl", progress=False)
+    hist = trainer.fit(train, dev)
+    assert [r.get("epoch") for r in hist] == [1, None]
+    assert hist[-1]["stopped"] == "time_limit" and hist[-1]["after_epoch"] == 1
+    assert trainer.best_epoch == 1
+    with pytest.raises(RnnlensError, match="time_limit"):
+        Config.from_dict({"train": {"time_limit": 0}})
+
+
 def test_non_finite_loss_is_a_clear_error():
     model, cfg, train, dev = small_setup()
     with torch.no_grad():

@@ -360,7 +360,9 @@ class NGramAttribution:
         after it. target: class index (int or [B]) or None for the predicted class; ignored
         for single-score models. Returns NGramAttributions on the model's device."""
         record: list[_Captured] = []
-        with _eval(self.model), torch.enable_grad():
+        # cuDNN's RNN backward refuses eval mode, and the gradient through the layers above the
+        # first is what reads them: on a GPU those layers run torch's native kernels instead.
+        with _eval(self.model), torch.enable_grad(), torch.backends.cudnn.flags(enabled=False):
             if self.native:
                 out, tokens, mask = self._forward_native(inputs, record)
             else:

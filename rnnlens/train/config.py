@@ -88,6 +88,7 @@ class TrainConfig:
     device: str = "cpu"
     lr_decay: float = 1.0             # multiply lr by this after an epoch without dev improvement
     threads: int | None = None        # CPU threads for torch (None: torch's default)
+    time_limit: float | None = None   # wall-clock seconds: no new epoch starts once they are spent
 
 
 @dataclass
@@ -151,6 +152,7 @@ class Config:
         need(m.clamp is None or m.clamp > 0, "model.clamp must be positive")
         need(m.window >= 1, "model.window must be >= 1")
         need(t.threads is None or t.threads >= 1, "train.threads must be >= 1")
+        need(t.time_limit is None or t.time_limit > 0, "train.time_limit must be > 0 seconds")
         need(dcfg.task is None or dcfg.task in TASKS, f"data.task {dcfg.task!r} is not one of {', '.join(TASKS)}")
         if dcfg.task in OWN_CORPUS_TASKS and dcfg.corpus == "polarity":
             dcfg.corpus = dcfg.task           # the default corpus never has these tasks

@@ -141,6 +141,7 @@ class Trainer:
         best, best_state, bad = (-math.inf, -math.inf), None, 0
         name, direction = self.select
         sign = 1.0 if direction == "max" else -1.0
+        start = time.perf_counter()
         for epoch in range(1, self.cfg.epochs + 1):
             t0 = time.perf_counter()
             train = self._train_epoch(epoch, train_batches)
@@ -169,6 +170,15 @@ class Trainer:
                 print(f"epoch {epoch}: {shown}", flush=True)
             if bad >= self.cfg.patience:
                 break
+            limit = self.cfg.time_limit
+            if limit is not None and epoch < self.cfg.epochs:
+                spent = time.perf_counter() - start
+                # stop when the next epoch, at the mean pace so far, would end past the limit
+                if spent + spent / epoch > limit:
+                    self._log({"stopped": "time_limit", "after_epoch": epoch, "seconds_spent": round(spent, 3)})
+                    if self.progress:
+                        print(f"stopping after epoch {epoch}: time limit {limit:g} s", flush=True)
+                    break
         if best_state is not None:
             self.model.load_state_dict(best_state)
         return self.history
