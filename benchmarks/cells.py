@@ -2,6 +2,7 @@
 
     python -m benchmarks.cells                 # every cell of rnnlens.cells.CELLS, 2 threads
     python -m benchmarks.cells --cells gru mvma-g --out /tmp/r.md
+    python -m benchmarks.cells --device cuda --out benchmarks/RESULTS-cells-cuda.md
 
 What is timed: forward + backward of the cell alone (no embedding, no head) on an input
 x[B,T,E] = [32, 35, 256] float32 with requires_grad, hidden size 256, loss = out.sum(); the
@@ -15,7 +16,10 @@ its peak memory can be read: `resource.getrusage(RUSAGE_SELF).ru_maxrss` at the 
 the resident size just before the warm-up, i.e. how far forward + backward pushed the
 process's peak RSS above what the parameters and input already held. It is coarse (page
 granularity, allocator caching; 0 when the passes stay under the import-time peak) but it
-sees torch's allocations, which tracemalloc does not.
+sees torch's allocations, which tracemalloc does not. With `--device cuda` the timed region
+ends with torch.cuda.synchronize() (kernels run asynchronously) and peak MB is
+torch.cuda.max_memory_allocated() minus the memory allocated before the warm-up: exact, and
+about the passes alone. torch.nn.LSTM on CUDA is cuDNN's fused kernel.
 
 The ratios to torch.nn.LSTM are what to compare across machines; absolute tokens/s are
 from one run on one machine.
@@ -58,8 +62,8 @@ def _build(name: str, size: int):
         cls = torch.nn.GRU if name == "torch.nn.GRU" else torch.nn.LSTM
         mod = cls(size, size, batch_first=True)
         if name.endswith("-aten"):
-            def run(x):
-                with torch.backends.mkldnn.flags(enabled=False):
+            def run(x):      # oneDNN off on the CPU, cuDNN off on a GPU: ATen's own time loop
+                with torch.backends.mkldnn.flags(enabled=False), torch.backends.cudnn.flags(enabled=False):
                     return mod(x)[0]
             return mod, run
         return mod, lambda x: mod(x)[0]
@@ -78,10 +82,13 @@ def worker(args) -> dict:
     warnings.filterwarnings("ignore", message="TF32 acceleration")   # printed by mkldnn.flags()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
     module, run = _build(args.worker, args.size)
-    module.train()
-    x = torch.randn(args.batch, args.length, args.size, requires_grad=True)
+    module.to(device).train()
+    x = torch.randn(args.batch, args.length, args.size, device=device, requires_grad=True)
     params = [p for p in module.parameters() if p.requires_grad]
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def step():
         for p in (*params, x):
@@ -89,27 +96,36 @@ def worker(args) -> dict:
         run(x).sum().backward()
 
     rss0 = _rss_kb()
+    if cuda:
+        sync()
+        torch.cuda.reset_peak_memory_stats(device)
+        mem0 = torch.cuda.memory_allocated(device)
     for _ in range(args.warmup):
         step()
     times = []
     for _ in range(args.repeats):
+        sync()
         t0 = time.perf_counter()
         for _ in range(args.steps):
             step()
+        sync()
         times.append(time.perf_counter() - t0)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss       # KiB on Linux
+    if cuda:
+        peak, rss0 = torch.cuda.max_memory_allocated(device) // 1024, mem0 // 1024
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss       # KiB on Linux
     tokens = args.batch * args.length * args.steps
     tps = sorted(tokens / t for t in times)
     return {"cell": args.worker, "tokens_per_s": statistics.median(tps), "min": tps[0], "max": tps[-1],
             "peak_mb": max(0, peak - rss0) / 1024, "params": sum(p.numel() for p in params),
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), "device": str(device)}
 
 
 def run_child(name: str, args) -> dict:
     cmd = [sys.executable, "-m", "benchmarks.cells", "--worker", name,
            "--threads", str(args.threads), "--repeats", str(args.repeats), "--warmup", str(args.warmup),
            "--steps", str(args.steps), "--batch", str(args.batch), "--length", str(args.length),
-           "--size", str(args.size)]
+           "--size", str(args.size), "--device", args.device]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if p.returncode != 0:
         last = (p.stderr.strip().splitlines() or ["exit code %d" % p.returncode])[-1]
@@ -156,7 +172,8 @@ def report(rows: list[dict], args, started: str, seconds: float, load: tuple[flo
         "",
         f"- date: {started} (took {seconds:.0f} s)",
         f"- machine: {machine}" + (f"; CPU: {cpu}" if cpu else ""),
-        f"- python {platform.python_version()}, torch {torch.__version__}, torch threads {args.threads}",
+        f"- python {platform.python_version()}, torch {torch.__version__}, torch threads {args.threads}, "
+        f"device {args.device}" + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else ""),
         f"- setting: input [{args.batch}, {args.length}, {args.size}] float32 (requires_grad), hidden {args.size}, "
         f"forward + backward of the cell alone, loss = out.sum(); median of {args.repeats} repeats of "
         f"{args.steps} pass(es) after {args.warmup} warm-up passes; each cell in its own process",
@@ -189,6 +206,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--length", type=int, default=35)
     p.add_argument("--size", type=int, default=256, help="input and hidden size")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (peak MB from the CUDA allocator there)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS-cells.md"), help="markdown file to write")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
