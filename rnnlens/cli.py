@@ -69,6 +69,25 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_vectors(args) -> int:
+    from .data.word2vec import check_writable, corpus_sentences, train_word2vec, write_vectors
+
+    def say(line: str) -> None:
+        if not args.quiet:
+            print(line, flush=True)
+
+    check_writable(args.out, force=args.force)  # before the training, not after
+    sentences, notes = corpus_sentences(args.corpus, args.data_dir, seed=args.seed)
+    for note in notes:
+        say(note)
+    vectors = train_word2vec(sentences, dim=args.dim, epochs=args.epochs, min_count=args.min_count,
+                             window=args.window, seed=args.seed, threads=args.threads, progress=say)
+    del sentences
+    write_vectors(vectors, args.out, force=args.force, normalize=args.normalize, std=args.std)
+    print(f"wrote {len(vectors.words):,} vectors of {vectors.dim} dims to {args.out}")
+    return 0
+
+
 def _split_batches(args, cfg, meta, vocab):
     """Batches of --split of the dataset a checkpoint was trained on (reloaded from
     --data-dir or where it was), after checking it still has the model's task and labels."""
@@ -549,6 +568,139 @@ def cmd_unitary(args) -> int:
     return 0
 
 
+def _lm_corpus_sentences(args, cfg) -> dict[str, list[list[str]]]:
+    """The splits of the corpus a language model was trained on, reloaded as _split_batches
+    does, as sentences (word lists, no <eos>): one line of the text a sentence."""
+    from .train.run import load_data, split_sentences
+
+    if getattr(args, "data_dir", None):
+        cfg.data.data_dir = args.data_dir
+    cfg.data.max_train_examples = None
+    data = load_data(cfg)
+    if data.task != "lm":
+        raise RnnlensError(f"the model's corpus {cfg.data.corpus!r} is not a language-modelling corpus")
+    out = {}
+    for name, examples in data.splits.items():
+        if not cfg.data.sentence_level:                 # one stream: cut it at <eos>
+            examples = split_sentences(examples[0].tokens)[0]
+        out[name] = [ex.tokens[:-1] if ex.tokens[-1:] == ["<eos>"] else list(ex.tokens) for ex in examples]
+    return out
+
+
+def _text_sentences(path) -> list[list[str]]:
+    """One sentence a line, tokens split on whitespace (as the language models' training text
+    is read); empty lines are dropped."""
+    from .data.readers import read_lm_text
+
+    out, cur = [], []
+    for tok in read_lm_text(path):
+        if tok == "<eos>":
+            if cur:
+                out.append(cur)
+            cur = []
+        else:
+            cur.append(tok)
+    if not out:
+        raise RnnlensError(f"{path} has no sentences")
+    return out
+
+
+def cmd_attention(args) -> int:
+    """What the memory block of an RM/RMR language model attends to (recurrent-memory paper,
+    Section 5): Figure 3, Figure 4 samples, Table 3 pairs, Figure 6 with --parses."""
+    from .analysis.attention import analyse_attention, format_summary, memory_layout
+    from .train.checkpoint import load_checkpoint, output_dir
+
+    out = Path(args.out) if args.out else None
+    if out is not None and out.exists() and not args.force:  # refuse before doing any work
+        raise RnnlensError(f"output folder {out} exists; use --force to replace it")
+    for name, value, least in (("--samples", args.samples, 0), ("--batch-size", args.batch_size, 1),
+                               ("--min-distance", args.min_distance, 1), ("--max-sentences", args.max_sentences, 0)):
+        if value < least:
+            raise RnnlensError(f"{name} must be >= {least}")
+    model, cfg, vocab, meta = load_checkpoint(args.model)
+    memory_layout(model)                                  # an LM with a memory block, or a clear error
+    parses = None
+    if args.parses:
+        from .data.readers import read_conllu
+        parses = read_conllu(args.parses)
+    corpus = None
+    if Path(args.data).is_file():
+        sentences = _text_sentences(args.data)
+    elif Path(args.data).exists() or any(c in args.data for c in "/\\."):
+        raise RnnlensError(f"--data {args.data}: no such text file (give a file with one sentence a line, "
+                           "or a split of the model's corpus: train, dev, test)")
+    else:
+        corpus = _lm_corpus_sentences(args, cfg)
+        if args.data not in corpus:
+            raise RnnlensError(f"split {args.data!r} is not available; available: {', '.join(corpus)}")
+        sentences = corpus[args.data]
+    if args.max_sentences:                               # parses stay aligned with the sentences
+        sentences = sentences[: args.max_sentences]
+        parses = parses[: args.max_sentences] if parses is not None else None
+    train = None
+    if args.train:
+        train = _text_sentences(args.train)
+    elif corpus is not None:
+        train = corpus.get("train")
+    else:
+        try:
+            train = _lm_corpus_sentences(args, cfg).get("train")
+        except RnnlensError as e:
+            print(f"warning: no co-occurrence counts (the training data could not be read: {e}); "
+                  "give it with --train FILE", file=sys.stderr)
+    report = analyse_attention(model, vocab, sentences, parses=parses, train_sentences=train,
+                               batch_size=args.batch_size, samples=args.samples, seed=args.seed,
+                               min_distance=args.min_distance, predicted=args.predicted,
+                               strip_subtypes=args.strip_subtypes)
+    res = {"model": str(args.model), "data": str(args.data), "parses": args.parses, **report.to_dict()}
+    if out is not None:
+        from .viz.attention_plots import attention_by_position, attention_maps, dependency_attention_plot
+
+        with output_dir(out, force=args.force) as tmp:
+            (tmp / "attention.json").write_text(json.dumps(res, indent=2), encoding="utf-8")
+            attention_by_position(report.average, tmp / "attention_by_position.png",
+                                  "average attention per memory position (recurrent-memory Fig. 3)")
+            attention_maps(report.samples, report.offsets, tmp / "attention_maps.png",
+                           f"attention of {len(report.samples)} sampled positions (Fig. 4)")
+            if report.dependencies is not None:
+                dep = report.dependencies
+                dependency_attention_plot(dep.binned(), dep.totals(), tmp / "attention_dependencies.png",
+                                          "attention by dependency relation and direction (Fig. 6)")
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    print(format_summary(report))
+    if out is not None:
+        print(f"\nwrote {out}")
+    return 0
+
+
+def cmd_complete(args) -> int:
+    """MSR sentence completion: score the five filled sentences of each question by total
+    log-probability and pick the best (recurrent-memory paper, Section 6)."""
+    from .analysis.completion import complete_with_model, format_result
+    from .data.readers import read_msr_completion
+    from .data.tokenize import Tokenizer
+    from .train.checkpoint import load_checkpoint
+
+    if args.batch_size < 1:
+        raise RnnlensError("--batch-size must be positive")
+    model, cfg, vocab, meta = load_checkpoint(args.model)
+    if model.task != "lm":
+        raise RnnlensError(f"sentence completion needs a language model; {args.model} is a {model.task!r} model")
+    questions = read_msr_completion(args.questions, args.answers, Tokenizer(**meta.get("tokenizer", {})))
+    res = complete_with_model(model, vocab, questions, batch_size=args.batch_size)
+    memory = "none" if cfg.model.memory is None else (
+        f"{cfg.model.memory}, {'bidirectional' if cfg.model.memory_bidirectional else 'unidirectional'}")
+    if args.json:
+        print(json.dumps({"model": str(args.model), "memory": memory, **res.to_dict(questions)}, indent=2))
+        return 0
+    print(f"model {args.model} (memory block: {memory}); {len(questions)} questions")
+    print(format_result(res, questions, show=args.show))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -575,6 +727,26 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_config_flags(t)
     t.set_defaults(func=cmd_train)
+
+    wv = sub.add_parser("vectors", help="train word2vec vectors on a corpus's text (gensim) and write a "
+                        "GloVe-format file for --embeddings-file")
+    wv.add_argument("--corpus", required=True, help="a dataset name (imdb, ptb, wikitext2, sst2, subj, ...); "
+                    "every split's text is used, tokenised as for training, no labels")
+    wv.add_argument("--data-dir", required=True, help="the folder holding the dataset (e.g. ../shared/data)")
+    wv.add_argument("--out", required=True, help="the vectors file to write (.txt, or .txt.gz)")
+    wv.add_argument("--dim", type=int, default=300, help="vector size (default 300)")
+    wv.add_argument("--epochs", type=int, default=5, help="passes over the corpus (default 5)")
+    wv.add_argument("--min-count", type=int, default=5, help="ignore words rarer than this (default 5)")
+    wv.add_argument("--window", type=int, default=5, help="context words on each side (default 5)")
+    wv.add_argument("--seed", type=int, default=0)
+    wv.add_argument("--threads", type=int, default=1,
+                    help="worker threads (default 1: the only setting that is reproducible bit for bit)")
+    wv.add_argument("--normalize", action="store_true", help="write unit-length vectors")
+    wv.add_argument("--std", type=float, help="then scale all vectors by one factor to this coordinate "
+                    "standard deviation (1: the scale of the N(0,1) init that words missing from the file keep)")
+    wv.add_argument("--force", action="store_true", help="replace the file if it exists")
+    wv.add_argument("--quiet", action="store_true", help="no progress lines")
+    wv.set_defaults(func=cmd_vectors)
 
     v = sub.add_parser("eval", help="evaluate a trained model on a split of its dataset")
     v.add_argument("--model", required=True, help="checkpoint folder")
@@ -681,6 +853,40 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--force", action="store_true", help="replace the output folder if it exists")
     u.add_argument("--json", action="store_true", help="machine-readable output")
     u.set_defaults(func=cmd_unitary)
+
+    at = sub.add_parser("attention", help="what the memory block of an RM/RMR language model attends to "
+                        "(recurrent-memory Figures 3, 4, 6 and Table 3)")
+    at.add_argument("--model", required=True, help="checkpoint folder of a language model with a memory block")
+    at.add_argument("--data", required=True, help="a text file (one sentence a line, tokens separated by "
+                    "spaces) or a split of the model's corpus: train, dev, test")
+    at.add_argument("--data-dir", help="where the model's corpus is now (default: where it was in training)")
+    at.add_argument("--parses", help="CoNLL-U parses of the --data sentences, one per sentence in order "
+                    "(the attention per dependency relation, Figure 6)")
+    at.add_argument("--train", help="training sentences for the co-occurrence counts (one a line; "
+                    "default: the model's training split)")
+    at.add_argument("--samples", type=int, default=100, help="positions sampled for the attention maps (default 100)")
+    at.add_argument("--min-distance", type=int, default=7, help="long-distance pairs: the attended word at "
+                    "least this far from the word to predict (default 7: more than six positions)")
+    at.add_argument("--predicted", default="gold", choices=["gold", "argmax"],
+                    help="the word to predict in the pairs: the next word of the text (gold) or the model's argmax")
+    at.add_argument("--strip-subtypes", action="store_true", help="merge relation subtypes (nmod:poss -> nmod)")
+    at.add_argument("--max-sentences", type=int, default=0, help="use only the first N sentences (default: all)")
+    at.add_argument("--batch-size", type=int, default=64)
+    at.add_argument("--seed", type=int, default=0, help="seed of the sampled positions")
+    at.add_argument("--out", help="write attention.json and the PNGs here")
+    at.add_argument("--force", action="store_true", help="replace the output folder if it exists")
+    at.add_argument("--json", action="store_true", help="machine-readable output")
+    at.set_defaults(func=cmd_attention)
+
+    cp = sub.add_parser("complete", help="MSR sentence completion with a language model: the candidate whose "
+                        "filled sentence has the highest log-probability (recurrent-memory Section 6)")
+    cp.add_argument("--model", required=True, help="checkpoint folder of a language model")
+    cp.add_argument("--questions", required=True, help="testing_data.csv or Holmes.machine_format.questions.txt")
+    cp.add_argument("--answers", help="test_answer.csv or Holmes.machine_format.answers.txt: prints accuracy")
+    cp.add_argument("--show", type=int, default=0, help="also list the first N questions' choices")
+    cp.add_argument("--batch-size", type=int, default=64)
+    cp.add_argument("--json", action="store_true", help="machine-readable output, every question's choice")
+    cp.set_defaults(func=cmd_complete)
     return p
 
 

@@ -1,5 +1,6 @@
 """Encoders: embedding -> stacked, optionally bidirectional recurrent cells (or a
-Transformer baseline), with embedding, vertical and variational recurrent dropout."""
+Transformer baseline), with embedding, vertical and variational recurrent dropout; and the
+recurrent memory network (recurrent cells -> memory block -> optional second cell)."""
 from __future__ import annotations
 
 import math
@@ -44,6 +45,8 @@ class RNNEncoder(nn.Module):
                 extra = {"truncation": cfg.truncation} if cfg.truncation is not None else {}
                 cell = CELLS[cfg.cell](size, cfg.hidden_size, **extra)
                 cell.recurrent_dropout = cfg.recurrent_dropout
+                if hasattr(cell, "dropout_target"):
+                    cell.dropout_target = cfg.word_dropout
                 if cfg.clamp is not None:
                     cell.clamp = cfg.clamp
                 if hasattr(cell, "window"):
@@ -141,7 +144,62 @@ class TransformerEncoder(nn.Module):
     states = linear_view
 
 
+class MemoryEncoder(nn.Module):
+    """A recurrent memory network (Tran, Bisazza & Monz 2016, Section 3.2): tokens[B,T] ->
+    LSTM layers -> memory block -> (RMR: a second LSTM) -> out[B,T,H].
+
+    RM = cfg.layers recurrent layers then the block; RMR adds one more recurrent layer on
+    the block's output. The block's window never crosses a sentence, so this encoder takes
+    no carried state: forward returns the final states of its recurrent layers only for
+    symmetry with RNNEncoder. The last forward's attention [B,T,K], context [B,T,H] and
+    the states the block attended from [B,T,H] stay in `last` (detached) for analysis.
+    """
+
+    def __init__(self, cfg: ModelConfig, embedding: nn.Embedding):
+        super().__init__()
+        from .cells.memory import MemoryBlock
+
+        self.cfg = cfg
+        self.directions = 1
+        self.output_size = cfg.hidden_size
+        self.lower = RNNEncoder(cfg, embedding)      # owns the embedding (one copy in the weights)
+        self.block = MemoryBlock(embedding.num_embeddings, cfg.hidden_size, cfg.memory_size,
+                                 cfg.memory_temporal, cfg.memory_composition, cfg.memory_bidirectional)
+        self.upper = CELLS[cfg.cell](cfg.hidden_size, cfg.hidden_size) if cfg.memory == "rmr" else None
+        if self.upper is not None:
+            self.upper.recurrent_dropout = cfg.recurrent_dropout
+        self.layer_dropout = nn.Dropout(cfg.layer_dropout)
+        self.last: dict[str, torch.Tensor] = {}
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor, state: list | None = None):
+        if state is not None:
+            raise RnnlensError("a memory network reads one sentence at a time: it takes no carried state")
+        h, final = self.lower(tokens, mask)
+        out, attn, context = self.block(self.layer_dropout(h), tokens, mask)
+        self.last = {"attention": attn.detach(), "context": context.detach(), "states": h.detach()}
+        if self.upper is not None:
+            out, fin = self.upper(self.layer_dropout(out), mask)
+            final = [*final, fin]
+        return out, final
+
+    final = RNNEncoder.final
+
+    @property
+    def embedding(self) -> nn.Embedding:
+        return self.lower.embedding
+
+    def linear_view(self, tokens: torch.Tensor, mask: torch.Tensor) -> LinearView:
+        """The view of the LSTM below the block (the state the block attends from); the block
+        itself is reported beside it, as attention and context, not decomposed."""
+        return self.lower.linear_view(tokens, mask)
+
+    def states(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.lower.states(tokens, mask)
+
+
 def build_encoder(cfg: ModelConfig, vocab_size: int) -> nn.Module:
     embedding = nn.Embedding(vocab_size, cfg.embedding_dim, padding_idx=0)
+    if cfg.memory is not None:
+        return MemoryEncoder(cfg, embedding)
     cls = TransformerEncoder if cfg.cell == "transformer" else RNNEncoder
     return cls(cfg, embedding)

@@ -43,22 +43,48 @@ def build_head(cfg: ModelConfig, task: str, encoder, labels: list[str] | None, v
     raise RnnlensError(f"unknown task {task!r}")
 
 
+def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
+    """cfg.init_range: every parameter uniform in (-r, r); cfg.forget_bias: the LSTM forget
+    gates' bias (torch's layout has two bias vectors; their sum is set). Padding rows of the
+    lookup tables stay zero."""
+    from .cells.classic import LSTM
+
+    with torch.no_grad():
+        if cfg.init_range is not None:
+            for p in model.parameters():
+                nn.init.uniform_(p, -cfg.init_range, cfg.init_range)
+            for mod in model.modules():
+                if isinstance(mod, nn.Embedding) and mod.padding_idx is not None:
+                    mod.weight[mod.padding_idx].zero_()
+        if cfg.forget_bias is not None:
+            for mod in model.modules():
+                if isinstance(mod, LSTM):
+                    H = mod.hidden_size
+                    mod.bias_ih[H: 2 * H] = cfg.forget_bias
+                    mod.bias_hh[H: 2 * H] = 0.0
+
+
 class RNNModel(nn.Module):
     """tokens[B,T] -> encoder -> states[B,T,D] -> head.
 
     For language modelling the encoder state is carried from one batch to the next (truncated
-    BPTT over consecutive segments); `reset_state()` starts a new stream. `linear_view(batch)`
-    and `states(batch)` expose what the decomposition needs; both run without dropout.
+    BPTT over consecutive segments); `reset_state()` starts a new stream. A sentence-level
+    language model (`sentence_level`, and every memory network) starts each batch from zero.
+    `linear_view(batch)` and `states(batch)` expose what the decomposition needs; both run
+    without dropout. A memory network (cfg.memory) also gives `attention(batch)` and
+    `memory_context(batch)`; its linear view explains the recurrent layer below the block.
     """
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, task: str = "classify",
-                 labels: list[str] | None = None):
+                 labels: list[str] | None = None, sentence_level: bool = False):
         super().__init__()
         self.cfg = cfg
         self.task = task
         self.labels = labels
         self.encoder = build_encoder(cfg, vocab_size)
         self.head = build_head(cfg, task, self.encoder, labels, vocab_size)
+        init_weights(self, cfg)
+        self.carries_state = task == "lm" and not sentence_level and cfg.memory is None
         self._carry = None
 
     @property
@@ -69,7 +95,7 @@ class RNNModel(nn.Module):
         self._carry = None
 
     def encode(self, batch: Batch) -> torch.Tensor:
-        carry = self.task == "lm"
+        carry = self.carries_state
         if carry and self._carry is not None and self._carry[0].shape[0] != len(batch):
             self._carry = None
         out, state = self.encoder(batch.tokens, batch.mask, self._carry if carry else None)
@@ -96,3 +122,36 @@ class RNNModel(nn.Module):
     @property
     def readout_weight(self) -> torch.Tensor:
         return self.head.readout_weight
+
+    # --- memory networks ------------------------------------------------------------
+    @property
+    def has_memory(self) -> bool:
+        return self.cfg.memory is not None
+
+    def _memory_run(self, batch: Batch) -> dict[str, torch.Tensor]:
+        if not self.has_memory:
+            raise RnnlensError("this model has no memory block (model.memory is null)")
+        was_training = self.training
+        self.eval()                   # dropout off, as the other analysis hooks run
+        try:
+            with torch.no_grad():
+                self.encoder(batch.tokens, batch.mask)
+        finally:
+            self.train(was_training)
+        return self.encoder.last
+
+    def attention(self, batch: Batch) -> torch.Tensor:
+        """The memory block's attention [B,T,K] (K = N, or 2N bidirectional) in eval mode:
+        [b, t, k] is the weight on the word at t - k (k < N; k = 0 the current word) or at
+        t + 2 + (k - N) (k >= N), exactly 0 where that word does not exist and at padding."""
+        return self._memory_run(batch)["attention"]
+
+    def memory_context(self, batch: Batch) -> torch.Tensor:
+        """The block's context vectors s_t [B,T,H] (eq. 3), reported beside the linear view:
+        the decomposition explains the recurrent state h_t the block attends from, not s_t."""
+        return self._memory_run(batch)["context"]
+
+    @property
+    def last_attention(self) -> torch.Tensor | None:
+        """The attention [B,T,K] of the most recent forward (training mode included), detached."""
+        return getattr(self.encoder, "last", {}).get("attention")

@@ -13,7 +13,7 @@ CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.json"
 def test_there_are_configs():
     names = {p.name for p in CONFIGS}
     assert {"sst2-mvma-g.json", "ptb-gru-approx.json", "conll2003-mvma-me.json",
-            "wikitext2-lstm-variant.json"} <= names
+            "wikitext2-lstm-variant.json", "ptb-rm-tm-g.json", "ptb-lstm-1l.json"} <= names
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
@@ -25,10 +25,21 @@ def test_config_loads_with_every_budget(path):
     for budget in budgets:
         cfg = load_config_file(path, budget=budget)
         assert cfg.model.cell in CELLS
+        m = cfg.model
+        if cfg.data.sentence_level:
+            # recurrent-memory rows: <corpus>-<rm|rmr>[-tm]-<l|g>, the baselines <corpus>-<cell>-<L>l
+            if m.memory is None:
+                assert path.stem == f"{cfg.data.corpus}-{m.cell}-{m.layers}l"
+            else:
+                tm = "-tm" if m.memory_temporal else ""
+                assert path.stem == f"{cfg.data.corpus}-{m.memory}{tm}-{m.memory_composition[0]}"
+            continue
         # <data>-<cell>.json
-        stem = f"{cfg.data.corpus}-{cfg.model.cell}"
+        stem = f"{cfg.data.corpus}-{m.cell}"
+        if m.cell == "urn" and m.truncation is not None and path.stem == f"{cfg.data.corpus}-turn{m.truncation}":
+            continue                                               # the paper's k-TURN by its name
         # the same row at several depths: <corpus>-<cell>-<L>layer
-        assert path.stem == stem or path.stem == f"{stem}-{cfg.model.layers}layer"
+        assert path.stem == stem or path.stem == f"{stem}-{m.layers}layer"
 
 
 def test_paper_sizes():
@@ -39,3 +50,19 @@ def test_paper_sizes():
         for cell in ("gru-approx", "gru-simplified", "lstm-approx", "lstm-simplified", "gru-variant", "lstm-variant"):
             m = cfg[f"{data}-{cell}"].model
             assert (m.embedding_dim, m.hidden_size) == (128, 128)
+    # recurrent memory networks, Section 4.2: d = 128 and memory 15 in every budget, and each
+    # memory model has its same-width LSTM baseline
+    rmn = {k: v for k, v in cfg.items() if v.data.sentence_level}
+    for data in ("ptb", "wikitext2"):
+        names = {f"{data}-lstm-1l", f"{data}-lstm-3l"} | {
+            f"{data}-{mem}{tm}-{c}" for mem in ("rm", "rmr") for tm in ("", "-tm") for c in "lg"}
+        assert names <= set(rmn)
+    for name, c in rmn.items():
+        full = load_config_file(CONFIGS[0].parent / f"{name}.json")
+        for one in (c, full):
+            assert (one.model.embedding_dim, one.model.hidden_size) == (128, 128)
+            assert one.model.memory is None or one.model.memory_size == 15
+        assert (full.train.optimizer, full.train.lr, full.train.lr_halve_after, full.train.epochs,
+                full.train.batch_size, full.train.clip, full.train.loss_average) == ("sgd", 1.0, 4, 15, 20, 5.0,
+                                                                                     "sentence")
+        assert (full.model.init_range, full.model.forget_bias) == (0.05, 1.0)

@@ -182,12 +182,13 @@ def test_carried_state_continues_the_sequence():
     assert max_diff(norms, torch.ones_like(norms)) < 1e-12        # unit vectors (Sec. 11.4.2)
 
 
-def test_dropout_is_per_sequence_and_off_in_eval():
+@pytest.mark.parametrize("target", ["embedding", "matrix"])
+def test_dropout_is_per_sequence_and_off_in_eval(target):
     torch.manual_seed(0)
     cell = URN(6, 4).double()
     x = torch.randn(3, 5, 6, dtype=torch.float64)
     plain, _ = cell(x)
-    cell.recurrent_dropout = 0.3
+    cell.recurrent_dropout, cell.dropout_target = 0.3, target
     cell.eval()
     assert max_diff(cell(x)[0], plain) == 0
     cell.train()
@@ -196,16 +197,34 @@ def test_dropout_is_per_sequence_and_off_in_eval():
     cell._dropout_masks = lambda *a: masks.append(draw(*a)) or masks[-1]
     dropped, _ = cell(x)
     assert max_diff(dropped, plain) > 1e-3
-    M_A, m_h = masks[0]
-    assert M_A.shape == (3, 4, 4) and m_h.shape == (3, 4)           # one mask per sequence
-    assert set(M_A.unique().tolist()) == {0.0, 1 / 0.7}
+    m_x, M_A, m_h = masks[0]
+    assert m_h.shape == (3, 4)                                          # one mask per sequence
+    if target == "embedding":
+        assert M_A is None and m_x.shape == (3, 6)
+        assert set(m_x.unique().tolist()) <= {0.0, 1 / 0.7}
+        Q, M_A = cell.word_matrix(x * m_x[:, None, :]), torch.ones(3, 4, 4, dtype=torch.float64)
+        QtQ = Q.transpose(-1, -2) @ Q                                   # still orthogonal
+        assert max_diff(QtQ, torch.eye(4, dtype=torch.float64).expand_as(QtQ)) < 1e-12
+    else:
+        assert m_x is None and M_A.shape == (3, 4, 4)
+        assert set(M_A.unique().tolist()) == {0.0, 1 / 0.7}
+        Q = cell.word_matrix(x)
     # the same masks at every step: h_t = (Q_t * M_A)(m_h * h_{t-1} + (1 - u) e_0)
-    Q = cell.word_matrix(x)
     h = torch.zeros(3, 4, dtype=torch.float64)
     for t in range(5):
         start = torch.tensor([1.0, 0, 0, 0], dtype=torch.float64) if t == 0 else 0
         h = torch.einsum("bij,bj->bi", Q[:, t] * M_A, m_h * h + start)
         assert max_diff(dropped[:, t], h) < 1e-12
+
+
+def test_embedding_dropout_keeps_matched_pairs_cancelling():
+    """S(m * x) = m * S(x): a word and its inverse (x, -x) cancel under every mask."""
+    torch.manual_seed(1)
+    cell = URN(6, 4).double()
+    v = torch.randn(6, dtype=torch.float64)
+    m = torch.bernoulli(torch.full((6,), 0.5, dtype=torch.float64)) / 0.5
+    Q = cell.word_matrix(torch.stack([m * v, m * -v]))
+    assert max_diff(Q[1] @ Q[0], torch.eye(4, dtype=torch.float64)) < 1e-12
 
 
 # --- views -----------------------------------------------------------------------------------

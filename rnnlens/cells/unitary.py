@@ -45,13 +45,29 @@ what reaches an embedding table or a parameter -- are exact; the split between e
 is not. So in eval mode, when gradients w.r.t. x are being recorded (attribution), every
 position gets its own exponential; in training and under no_grad the distinct-row path runs.
 
-Dropout (NOTES.md: 0.05, one mask per sequence): `recurrent_dropout` (set by the encoder,
-0 by default, off in eval) draws per sequence one mask on the entries of the word's matrix
-Q(x) (the paper's "orthogonal embedding": "some entries of s_i or Q(x_i) ... are zeroed
-out", Sec. 11.5) and one on the carried state h_{t-1}; the start vector e_0 itself is not
-dropped. Masking Q after the exponential keeps one exponential per distinct word. The
-encoder's own `embedding_dropout` (a mask per position on x) makes every row distinct and
-defeats that; leave it at 0 for these cells.
+Dropout (0.05, one mask per sequence): `recurrent_dropout` (set by the encoder, 0 by
+default, off in eval) draws per sequence one mask on the carried state h_{t-1} (the start
+vector e_0 itself is not dropped) and one on the word's side, where `dropout_target` says:
+- "embedding" (default; NOTES.md, read from the authors' code: "on embeddings and on the
+  state"): one mask [E] per sequence on the word vectors x, shared by every word of the
+  sequence. Q stays orthogonal, and since S(m * x) = m * S(x) entrywise for the URN's
+  embedding-is-the-triangle layout, a matched pair with S(close) = -S(open) still cancels
+  under every mask. Each (sequence, word) then has its own exponential.
+- "matrix" (the paper's prose, Sec. 11.5: "some entries of s_i or Q(x_i) ... are zeroed
+  out"): one mask [n, n] per sequence on the entries of Q(x) after the exponential: one
+  exponential per distinct word, but the masked Q is no longer orthogonal and
+  (Q_c * M)(Q_o * M) != I even where Q_c Q_o = I. Measured on Dyck (3-TURN, 77 epochs on an
+  H100): matching pairs kept an average effect of 0.27 under this mask (the paper: 0.06).
+The encoder's own `embedding_dropout` (a mask per position on x) makes every row distinct;
+leave it at 0 for these cells.
+
+Truncated exponentials: with k-truncation S = E R - R^T E^T (E the first k columns of I,
+R [k, n] the non-zero rows of T) has rank <= 2k, and `truncated_matrix_exp` computes
+expm(S) through a 4k x 4k exponential instead of an n x n one (its reference: matrix_exp of
+skew_ref). `URN._expm` uses it where 4k < n -- measured (torch 2.13 CPU, forward + backward)
+as the break-even: n = 4k runs as fast as the dense path, (n, k) = (50, 3) ~25x faster. That
+is what makes dropout on the word vectors affordable, where each (sequence, word) pair has
+its own exponential.
 """
 from __future__ import annotations
 
@@ -85,6 +101,41 @@ def matrix_exp(S: torch.Tensor) -> torch.Tensor:
     else:
         Q = torch.linalg.matrix_exp(S)
     return Q.to(dtype)
+
+
+def truncated_matrix_exp(R: torch.Tensor) -> torch.Tensor:
+    """expm(S) for S = E R - R^T E^T, R[N,k,n] (E = the first k columns of the n x n
+    identity): the k-truncated URN's generator, R being rows 0..k-1 of T (Sec. 11.4.7).
+    Returns Q [N,n,n], computed in float64 and returned in R's dtype, as `matrix_exp`.
+
+    S = U V^T with U = [E, -R^T], V = [R^T, E] (both [n, 2k]), and
+
+        expm(U V^T) = I + U phi(X) V^T,   X = V^T U = [[R_k, -R R^T], [I, -R_k^T]]  [2k, 2k]
+
+    (R_k = R E, the first k columns of R), phi(X) = sum_j X^j / (j+1)! = (expm(X) - I) X^-1,
+    taken without inverting X (singular for R = 0, for instance) as the top-right block of
+    expm([[X, I], [0, 0]]), a 4k x 4k exponential. phi V^T = phi[:, :k] R + phi[:, k:] E^T
+    is [2k, n], and the one n x n product is the final U (phi V^T). The forward and backward
+    cost O(k^3) exponential work plus O(k n^2) for the assembly, against the n x n (and,
+    in backward, 2n x 2n) exponentials of matrix_exp: a win where 4k < n (the module
+    docstring). Reference: matrix_exp(skew_ref(v, n, k)), which this never calls."""
+    N, k, n = R.shape
+    if k > n:
+        raise ValueError(f"R must have at most n = {n} rows, got {k}")
+    dtype = R.dtype
+    R = R.to(torch.float64) if dtype in (torch.float32, torch.float16, torch.bfloat16) else R
+    kw = {"dtype": R.dtype, "device": R.device}
+    Rk = R[:, :, :k]
+    X = torch.cat([torch.cat([Rk, -(R @ R.transpose(1, 2))], 2),
+                   torch.cat([torch.eye(k, **kw).expand(N, k, k), -Rk.transpose(1, 2)], 2)], 1)
+    G = torch.cat([torch.cat([X, torch.eye(2 * k, **kw).expand(N, 2 * k, 2 * k)], 2),
+                   R.new_zeros(N, 2 * k, 4 * k)], 1)
+    phi = matrix_exp(G)[:, : 2 * k, 2 * k:]                            # [N, 2k, 2k]
+    phiVt = torch.cat([phi[:, :, k:], R.new_zeros(N, 2 * k, n - k)], 2)
+    phiVt = torch.baddbmm(phiVt, phi[:, :, :k], R)                      # phi V^T, [N, 2k, n]
+    U = torch.cat([torch.eye(n, k, **kw).expand(N, n, k), -R.transpose(1, 2)], 2)
+    # one bmm of inner size 2k into I, measured faster on CPU than applying E's rows apart
+    return torch.baddbmm(torch.eye(n, **kw), U, phiVt).to(dtype)
 
 
 def distinct_rows(flat: torch.Tensor, probe: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -148,6 +199,7 @@ class _WordMatrixCell(Cell):
             raise ValueError("hidden_size must be >= 1")
         self.input_size, self.hidden_size, self.state_size = input_size, hidden_size, hidden_size + 1
         self.recurrent_dropout = 0.0
+        self.dropout_target = "embedding"     # or "matrix": see the module docstring
         e0 = torch.zeros(hidden_size)
         e0[0] = 1.0
         self.register_buffer("e0", e0, persistent=False)   # also fixes dtype/device of states
@@ -179,13 +231,15 @@ class _WordMatrixCell(Cell):
     def _scan(self, x, mask, s):
         B, T, _ = x.shape
         n = self.hidden_size
+        drop_A = drop_h = None
+        if self.training and self.recurrent_dropout > 0:
+            drop_x, drop_A, drop_h = self._dropout_masks(B, n, x)
+            if drop_x is not None:
+                x = x * drop_x[:, None, :]
         table, idx = self._table(x, mask)
         # Per step, gather from the table (its gradient is index_add'ed into [U,n,n]), or
         # unbind a per-position table once (one stack in backward, not T zero-filled copies).
         steps = table.unbind(1) if idx is None else None
-        drop_A = drop_h = None
-        if self.training and self.recurrent_dropout > 0:
-            drop_A, drop_h = self._dropout_masks(B, n, table)
         e0 = self.e0.to(s.dtype)
         h, u = s[:, :n], s[:, n:]
         one = torch.ones_like(u)
@@ -208,12 +262,20 @@ class _WordMatrixCell(Cell):
             return s.new_zeros(B, 0, n + 1), s
         return torch.cat([torch.stack(hs, 1), torch.stack(us, 1)], -1), torch.cat([h, u], -1)
 
-    def _dropout_masks(self, B: int, n: int, like: torch.Tensor):
-        """One mask per sequence, for all steps: ([B,n,n] on the word matrices' entries,
-        [B,n] on the carried state), kept entries scaled by 1/keep."""
+    def _dropout_masks(self, B: int, n: int, x: torch.Tensor):
+        """One mask per sequence, for all steps, kept entries scaled by 1/keep:
+        (on the word vectors [B,E] or None, on the word matrices' entries [B,n,n] or None,
+        on the carried state [B,n]); `dropout_target` picks the word side."""
+        if self.dropout_target not in ("embedding", "matrix"):
+            raise ValueError(f"dropout_target must be 'embedding' or 'matrix', not {self.dropout_target!r}")
         keep = 1.0 - self.recurrent_dropout
-        return (torch.bernoulli(like.new_full((B, n, n), keep)) / keep,
-                torch.bernoulli(like.new_full((B, n), keep)) / keep)
+
+        def draw(*shape):
+            return torch.bernoulli(x.new_full(shape, keep)) / keep
+
+        if self.dropout_target == "embedding":
+            return draw(B, x.shape[-1]), None, draw(B, n)
+        return None, draw(B, n, n), draw(B, n)
 
     # --- views -------------------------------------------------------------------
     def linear_view(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> DenseView:
@@ -254,6 +316,7 @@ class URN(_WordMatrixCell):
         if self.n_free == 0:
             raise ValueError("a URN needs hidden_size >= 2")
         self.unique_rows = True             # False: always one exponential per position
+        self.low_rank_expm = True           # False: the dense n x n exponential even where 4k < n
         if input_size == self.n_free:
             self.proj = None                # the embedding is the triangle
         else:
@@ -276,9 +339,15 @@ class URN(_WordMatrixCell):
         return x if self.proj is None else self.proj(x)
 
     def _expm(self, x: torch.Tensor) -> torch.Tensor:
-        """x[N,E] -> Q [N,n,n]: T by scattering the free entries, S = T - T^T, expm."""
+        """x[N,E] -> Q [N,n,n]: T by scattering the free entries, S = T - T^T, expm; with
+        truncation k and 4k < n, from T's k non-zero rows by `truncated_matrix_exp`."""
         n = self.hidden_size
         v = self.triangle(x)
+        k = self.truncation
+        if k is not None and 4 * k < n and self.low_rank_expm:
+            R = v.new_zeros(v.shape[0], k, n)
+            R[:, self._rows, self._cols] = v
+            return truncated_matrix_exp(R)
         T = v.new_zeros(v.shape[0], n, n)
         T[:, self._rows, self._cols] = v
         return matrix_exp(T - T.transpose(1, 2))

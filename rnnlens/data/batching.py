@@ -1,4 +1,5 @@
-"""Examples, padded batches, and length-bucketed batch order."""
+"""Examples, padded batches, length-bucketed batch order, BPTT segments and whole-sentence
+language-model batches."""
 from __future__ import annotations
 
 import random
@@ -155,3 +156,84 @@ class BPTTIterator:
             L = min(self.bptt, N - 1 - i)
             yield Batch(self.data[:, i: i + L], torch.ones(B, L, dtype=torch.bool),
                         torch.full((B,), L, dtype=torch.long), self.data[:, i + 1: i + 1 + L])
+
+
+# --- sentence-level language modelling (recurrent-memory paper, Section 4.2) ---------
+
+EOS = "<eos>"
+
+
+def sentence_collate(ids: Sequence[list[int]], eos_id: int) -> Batch:
+    """Sentences (ids ending with <eos>) -> one right-padded LM Batch.
+
+    Row b reads [<eos>, w1 .. wn] and predicts [w1 .. wn, <eos>]: the <eos> that ends the
+    previous sentence in the token stream starts this one, so every word and the final <eos>
+    are predicted exactly once, as in the stream. targets [B,T] are 0 on padding (masked).
+    """
+    lengths = torch.tensor([len(x) for x in ids], dtype=torch.long)
+    if len(ids) == 0 or int(lengths.min()) < 1:
+        raise ValueError("every sentence needs at least its <eos>")
+    T = int(lengths.max())
+    tokens = torch.zeros(len(ids), T, dtype=torch.long)
+    targets = torch.zeros(len(ids), T, dtype=torch.long)
+    for b, x in enumerate(ids):
+        row = torch.tensor(x, dtype=torch.long)
+        targets[b, : len(x)] = row
+        tokens[b, 0] = eos_id
+        tokens[b, 1: len(x)] = row[:-1]
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    return Batch(tokens, mask, lengths, targets)
+
+
+def same_length_batches(lengths: Sequence[int], batch_size: int, shuffle: bool = True,
+                        seed: int = 0) -> list[list[int]]:
+    """Sentences grouped into buckets of equal length, each bucket cut into batches of
+    batch_size (the last of a bucket smaller), so there is no padding; every index exactly
+    once. With shuffle, the order within buckets and the batch order are seeded-random."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
+    rng = random.Random(seed)
+    buckets: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        buckets.setdefault(n, []).append(i)
+    batches: list[list[int]] = []
+    for n in sorted(buckets):
+        idx = buckets[n]
+        if shuffle:
+            rng.shuffle(idx)
+        batches.extend(idx[i: i + batch_size] for i in range(0, len(idx), batch_size))
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+class SentenceIterator:
+    """Batches of whole sentences for a sentence-level language model: same-length buckets,
+    a new seeded order each epoch, every sentence exactly once per epoch (the authors' code
+    skips one batch and serves another twice; this does not). Examples hold a sentence's
+    tokens ending with <eos> (see sentence_collate)."""
+
+    def __init__(self, examples: Sequence[Example], vocab: Vocab, batch_size: int,
+                 shuffle: bool = True, seed: int = 0):
+        if EOS not in vocab:
+            raise ValueError(f"a sentence-level language model needs {EOS} in its vocabulary")
+        self.ids = [vocab.encode(ex.tokens) for ex in examples]
+        self.eos_id = vocab.stoi[EOS]
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+
+    def order(self) -> list[list[int]]:
+        """This epoch's batches as lists of sentence indices."""
+        return same_length_batches([len(x) for x in self.ids], self.batch_size, self.shuffle,
+                                   self.seed + self.epoch)
+
+    def __len__(self) -> int:
+        return len(self.order())
+
+    def __iter__(self) -> Iterator[Batch]:
+        order = self.order()
+        self.epoch += 1
+        for idx in order:
+            yield sentence_collate([self.ids[i] for i in idx], self.eos_id)

@@ -75,7 +75,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu"):
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise RnnlensError(f"{path / 'model.safetensors'} is corrupt: {e}") from None
     try:
-        model = RNNModel(cfg.model, vocab_size, task, labels)
+        model = RNNModel(cfg.model, vocab_size, task, labels, sentence_level=cfg.data.sentence_level)
         load_model(model, weights, strict=True)
     except SafetensorError as e:
         raise RnnlensError(f"{path / 'model.safetensors'} is corrupt: {e}") from None

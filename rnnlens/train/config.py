@@ -16,6 +16,8 @@ from ..errors import RnnlensError
 
 CONFIG_VERSION = 1
 OPTIMIZERS = ("adagrad", "adam", "sgd")
+MEMORY_KINDS = ("rm", "rmr")
+LOSS_AVERAGES = ("token", "sentence")
 
 
 TASKS = ("classify", "regress", "relation", "tag", "lm", "dyck", "crossserial", "agreement")
@@ -29,9 +31,11 @@ class DataConfig:
                                       # dataset name of rnnlens.data.datasets (sst2, conll2003, ptb, ...)
     data_dir: str | None = None       # folder holding the dataset (e.g. ../shared/data)
     task: str | None = None           # None: the dataset's own task
-    max_train_examples: int | None = None   # budget cap (for lm: training tokens)
+    max_train_examples: int | None = None   # budget cap (lm stream: training tokens; sentence-level: sentences)
     max_length: int | None = None     # truncate every example to this many tokens (all splits)
     bptt: int = 35                    # lm: truncated back-propagation length
+    sentence_level: bool = False      # lm: one line = one sentence = one row, state reset per
+                                      # sentence, same-length buckets (recurrent-memory paper 4.2)
     train_file: str | None = None
     dev_file: str | None = None
     test_file: str | None = None
@@ -73,6 +77,16 @@ class ModelConfig:
     spectral_norm: bool = False       # spectral normalisation of the recurrent matrices (implicit-ngrams fn. 8)
     window: int = 20                  # va-w: the window m of position-specific matrices
     truncation: int | None = None     # urn: keep only the first k rows of T (rank S <= 2k)
+    word_dropout: str = "embedding"   # urn, linear-rnn: recurrent_dropout's word-side mask on x or on Q(x)'s entries ("matrix")
+    init_range: float | None = None   # every weight uniform in (-r, r) (None: each module's own init)
+    forget_bias: float | None = None  # lstm: the forget gate's bias at init (recurrent-memory: 1)
+    # Recurrent memory networks (Tran et al. 2016): "rm" = cells -> memory block, "rmr" =
+    # cells -> block -> one more cell; both need data.sentence_level.
+    memory: str | None = None
+    memory_size: int = 15             # N: the words in memory, the current one included
+    memory_temporal: bool = False     # +tM: learned position tables on keys and values
+    memory_composition: str = "gated"   # "linear" (W_c h + s) or "gated" (GRU-like)
+    memory_bidirectional: bool = False  # also the N words after the one to predict (completion)
 
 
 @dataclass
@@ -89,6 +103,11 @@ class TrainConfig:
     lr_decay: float = 1.0             # multiply lr by this after an epoch without dev improvement
     threads: int | None = None        # CPU threads for torch (None: torch's default)
     time_limit: float | None = None   # wall-clock seconds: no new epoch starts once they are spent
+    lr_halve_after: int | None = None  # halve lr at the end of every epoch >= this (paper's 4:
+                                       # epochs 1-4 at lr, the 5th at lr/2, ...)
+    loss_average: str = "token"       # the gradient of the mean NLL per "token", or of the NLL summed
+                                      # over each "sentence", mean over sentences (Torch-style RNN LMs,
+                                      # the scale at which SGD with lr 1 is tuned); sentence-level only
 
 
 @dataclass
@@ -129,6 +148,7 @@ class Config:
 
     def validate(self) -> None:
         from ..cells import CELLS
+        from ..cells.memory import COMPOSITIONS
         from ..heads.classify import POOLINGS
 
         def need(ok: bool, msg: str) -> None:
@@ -141,6 +161,7 @@ class Config:
         need(m.layers >= 1, "model.layers must be >= 1")
         need(m.truncation is None or (m.cell == "urn" and 1 <= m.truncation < m.hidden_size),
              "model.truncation is for the urn cell, between 1 and hidden_size - 1")
+        need(m.word_dropout in ("embedding", "matrix"), "model.word_dropout must be 'embedding' or 'matrix'")
         for name in ("dropout", "embedding_dropout", "layer_dropout", "recurrent_dropout"):
             need(0.0 <= getattr(m, name) < 1.0, f"model.{name} must be in [0, 1)")
         need(m.mlp_hidden is None or m.mlp_hidden > 0, "model.mlp_hidden must be positive")
@@ -166,6 +187,24 @@ class Config:
             need(value is None or not name.endswith(("_depth", "_k")) or name in formal.get(dcfg.corpus, ()),
                  f"data.{name} does not apply to corpus {dcfg.corpus!r}")
         need(dcfg.bptt >= 1, "data.bptt must be >= 1")
+        need(not dcfg.sentence_level or dcfg.task in (None, "lm"), "data.sentence_level is for the lm task")
+        need(m.init_range is None or m.init_range > 0, "model.init_range must be > 0")
+        need(m.forget_bias is None or m.cell == "lstm", "model.forget_bias is for the lstm cell")
+        need(t.lr_halve_after is None or t.lr_halve_after >= 1, "train.lr_halve_after must be >= 1")
+        need(t.loss_average in LOSS_AVERAGES,
+             f"train.loss_average {t.loss_average!r} is not one of {', '.join(LOSS_AVERAGES)}")
+        need(t.loss_average == "token" or dcfg.sentence_level,
+             "train.loss_average 'sentence' is for sentence-level language models (data.sentence_level)")
+        need(m.memory is None or m.memory in MEMORY_KINDS,
+             f"model.memory {m.memory!r} is not one of {', '.join(MEMORY_KINDS)} (or null: no memory block)")
+        need(m.memory_composition in COMPOSITIONS,
+             f"model.memory_composition {m.memory_composition!r} is not one of {', '.join(COMPOSITIONS)}")
+        need(m.memory_size >= 1, "model.memory_size must be >= 1")
+        if m.memory is not None:
+            need(m.cell != "transformer" and not m.bidirectional,
+                 "model.memory stacks the block on one-direction recurrent cells (not transformer, not bidirectional)")
+            need(dcfg.sentence_level, "model.memory needs data.sentence_level: true (the block's window "
+                 "starts at each sentence)")
         need(dcfg.max_length is None or dcfg.max_length >= 1, "data.max_length must be >= 1")
         need(m.pooling in POOLINGS, f"model.pooling {m.pooling!r} is not one of {', '.join(POOLINGS)}")
         need(m.embedding_dim > 0 and m.hidden_size > 0, "model sizes must be positive")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.batching import BatchIterator, BPTTIterator, Example
+from ..data.batching import EOS, BatchIterator, BPTTIterator, Example, SentenceIterator
 from ..data.readers import label_examples, read_labelled_tsv
 from ..data.synthetic import PolarityCorpus
 from ..data.tokenize import Tokenizer
@@ -61,7 +61,18 @@ def load_data(cfg: Config) -> Data:
         data = Data(ds.task, ds.splits, ds.labels, list(ds.notes))
     if d.task is not None and d.task != data.task:
         raise RnnlensError(f"dataset {d.corpus!r} is a {data.task!r} task, not {d.task!r}")
-    if d.max_length is not None and data.task != "lm":
+    if d.sentence_level:
+        if data.task != "lm":
+            raise RnnlensError(f"data.sentence_level is for language modelling; {d.corpus!r} is a {data.task!r} task")
+        for name, split in data.splits.items():
+            data.splits[name], empty = split_sentences(split[0].tokens)
+            if empty:
+                data.notes.append(f"{name}: {empty} empty line(s) dropped (sentence-level: no words to model)")
+        data.notes.append("sentence-level: one line = one sentence, read as [<eos>, w1..wn] predicting "
+                          "[w1..wn, <eos>], state reset per sentence; "
+                          + ", ".join(f"{k} {len(v):,}" for k, v in data.splits.items()) + " sentences")
+    lm_stream = data.task == "lm" and not d.sentence_level
+    if d.max_length is not None and not lm_stream:
         n = d.max_length
         cut = sum(len(ex.tokens) > n for split in data.splits.values() for ex in split)
         for split in data.splits.values():
@@ -74,7 +85,7 @@ def load_data(cfg: Config) -> Data:
     cap = d.max_train_examples
     if cap is not None:
         train = data.splits["train"]
-        if data.task == "lm":
+        if lm_stream:
             data.splits["train"] = [Example(train[0].tokens[:cap])]
             data.notes.append(f"training stream capped at {cap} tokens by the budget")
         elif len(train) > cap:
@@ -86,19 +97,37 @@ def load_data(cfg: Config) -> Data:
     return data
 
 
+def split_sentences(stream: list[str]) -> tuple[list[Example], int]:
+    """A token stream with <eos> after every line -> (one Example per non-empty line, its
+    tokens ending with <eos>; the number of empty lines dropped)."""
+    out, start, empty = [], 0, 0
+    for i, tok in enumerate(stream):
+        if tok == EOS:
+            if i > start:
+                out.append(Example(stream[start: i + 1]))
+            else:
+                empty += 1
+            start = i + 1
+    if start < len(stream):                  # a stream that does not end with <eos>
+        out.append(Example(stream[start:] + [EOS]))
+    return out, empty
+
+
 def build_vocab(cfg: Config, data: Data) -> Vocab:
     return Vocab.build((ex.tokens for ex in data.splits["train"]), cfg.data.min_count, cfg.data.max_vocab)
 
 
 def batches(cfg: Config, task: str, examples: list[Example], vocab: Vocab, train: bool):
     bs = cfg.train.batch_size
+    if task == "lm" and cfg.data.sentence_level:
+        return SentenceIterator(examples, vocab, bs, shuffle=train, seed=cfg.train.seed)
     if task == "lm":
         return BPTTIterator(vocab.encode(examples[0].tokens), bs if train else min(bs, 10), cfg.data.bptt)
     return BatchIterator(examples, vocab, bs, shuffle=train, seed=cfg.train.seed)
 
 
 def build_model(cfg: Config, vocab: Vocab, task: str, labels: list[str] | None) -> RNNModel:
-    model = RNNModel(cfg.model, len(vocab), task, labels)
+    model = RNNModel(cfg.model, len(vocab), task, labels, sentence_level=cfg.data.sentence_level)
     m = cfg.model
     if m.embeddings_file:
         from ..data.vectors import load_vectors

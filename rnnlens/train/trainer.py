@@ -112,7 +112,10 @@ class Trainer:
             if not torch.isfinite(loss):
                 raise RnnlensError(f"loss became {loss.item()} at step {self.step} (epoch {epoch}); "
                                    "lower the learning rate or turn on clipping")
-            loss.backward()
+            if self.cfg.loss_average == "sentence":   # sum over each sentence's tokens / sentences
+                (loss * (batch.mask.sum() / len(batch))).backward()
+            else:
+                loss.backward()
             if self.cfg.clip:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip)
             self.optimizer.step()
@@ -161,8 +164,11 @@ class Trainer:
                 if self.cfg.lr_decay < 1.0:
                     for group in self.optimizer.param_groups:
                         group["lr"] *= self.cfg.lr_decay
+            if self.cfg.lr_halve_after is not None and epoch >= self.cfg.lr_halve_after:
+                for group in self.optimizer.param_groups:   # a fixed schedule, dev or not
+                    group["lr"] *= 0.5
             record["best_epoch"] = self.best_epoch
-            record["lr"] = self.optimizer.param_groups[0]["lr"]
+            record["lr"] = self.optimizer.param_groups[0]["lr"]      # for the next epoch
             self._log(record)
             if self.progress:
                 shown = " ".join(f"{k}={v:.4f}" for k, v in record.items()

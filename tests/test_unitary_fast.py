@@ -1,0 +1,153 @@
+"""The truncated URN's exponential through a 4k x 4k problem (cells/unitary.py,
+truncated_matrix_exp) against the dense reference matrix_exp(skew_ref(...)): values,
+orthogonality and gradients, and the URN cell's outputs and gradients with it in place."""
+import pytest
+import torch
+
+from conftest import max_diff
+from rnnlens.cells import unitary
+from rnnlens.cells.unitary import URN, matrix_exp, skew_ref, triangle_size, truncated_matrix_exp
+
+
+def rows_of_T(v, n, k):
+    """R [N,k,n] = rows 0..k-1 of T, taken from the reference skew_ref (S's strict upper part)."""
+    return torch.triu(skew_ref(v, n, k)[:, :k], diagonal=1)
+
+
+def triangles(n, k, seed=0):
+    """[N, F] word vectors: zero vectors, the paper's +-0.05 entries, and generators S scaled
+    to 1-norms 0.01, 1, 3 and 10."""
+    g = torch.Generator().manual_seed(seed)
+    F = triangle_size(n, k)
+    v = torch.randn(4 * 5, F, generator=g, dtype=torch.float64)
+    norm1 = torch.linalg.matrix_norm(skew_ref(v, n, k), ord=1)
+    target = torch.tensor([0.01, 1.0, 3.0, 10.0], dtype=torch.float64).repeat_interleave(5)
+    v = v * (target / norm1)[:, None]
+    paper = (torch.rand(5, F, generator=g, dtype=torch.float64) * 2 - 1) * 0.05
+    return torch.cat([torch.zeros(3, F, dtype=torch.float64), paper, v])
+
+
+def relative(a, b):
+    return max_diff(a, b) / max(b.abs().max().item(), 1e-300)
+
+
+@pytest.mark.parametrize("n", [5, 8, 50])
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_truncated_exponential_equals_the_dense_one_with_gradients(n, k):
+    v = triangles(n, k, seed=10 * n + k).requires_grad_(True)
+    Q = truncated_matrix_exp(rows_of_T(v, n, k))
+    ref = matrix_exp(skew_ref(v, n, k))
+    assert Q.shape == ref.shape == (v.shape[0], n, n) and Q.dtype == torch.float64
+    assert relative(Q, ref) < 1e-10
+    eye = torch.eye(n, dtype=torch.float64)
+    assert max_diff(Q.transpose(1, 2) @ Q, eye.expand_as(Q)) < 1e-10         # orthogonal
+    assert max_diff(Q[:3], eye.expand(3, n, n)) == 0                            # zero vectors: I
+    up = torch.randn(Q.shape, generator=torch.Generator().manual_seed(n + k), dtype=torch.float64)
+    g, = torch.autograd.grad(Q, v, up)
+    g_ref, = torch.autograd.grad(ref, v, up)
+    assert relative(g, g_ref) < 1e-8
+    assert relative(g[:3], g_ref[:3]) < 1e-8 and g[:3].abs().max() > 0          # finite at S = 0
+
+
+def test_any_rows_not_only_a_triangle():
+    """expm(E R - R^T E^T) for a dense R [k, n] (the k x k block need not be triangular)."""
+    g = torch.Generator().manual_seed(3)
+    R = torch.randn(6, 3, 11, generator=g, dtype=torch.float64).requires_grad_(True)
+    E = torch.eye(11, 3, dtype=torch.float64)
+    S = E @ R - R.transpose(1, 2) @ E.T
+    Q, ref = truncated_matrix_exp(R), matrix_exp(S)
+    assert relative(Q, ref) < 1e-10
+    up = torch.randn(Q.shape, generator=g, dtype=torch.float64)
+    assert relative(torch.autograd.grad(Q, R, up)[0], torch.autograd.grad(ref, R, up)[0]) < 1e-8
+    with pytest.raises(ValueError):
+        truncated_matrix_exp(torch.zeros(1, 4, 3))
+
+
+def test_dtypes_one_matrix_and_an_empty_batch():
+    v = triangles(50, 3)
+    for dtype, tol in ((torch.float32, 1e-6), (torch.float64, 1e-12)):
+        x = v.to(dtype)
+        Q = truncated_matrix_exp(rows_of_T(x, 50, 3))
+        assert Q.dtype == dtype and max_diff(Q, matrix_exp(skew_ref(x, 50, 3))) < tol
+    one = truncated_matrix_exp(rows_of_T(v[-1:], 50, 3))                     # a batch of one
+    assert max_diff(one, matrix_exp(skew_ref(v[-1:], 50, 3))) < 1e-12
+    assert truncated_matrix_exp(torch.zeros(0, 3, 50)).shape == (0, 50, 50)
+
+
+@pytest.mark.parametrize("n,k,proj", [(50, 3, False), (13, 3, False), (8, 1, False), (13, 2, True)])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+def test_truncated_urn_fast_path_equals_the_reference(n, k, proj, dtype, tol, monkeypatch):
+    """The cell (fast exponential, both the distinct-row and per-position tables) against
+    step_loop (matrix_exp of skew_ref at every step): outputs, final states, gradients
+    w.r.t. x and the learned map."""
+    calls = []
+    real = unitary.truncated_matrix_exp
+    monkeypatch.setattr(unitary, "truncated_matrix_exp", lambda R: (calls.append(R.shape), real(R))[1])
+    torch.manual_seed(0)
+    F = triangle_size(n, k)
+    cell = URN(F + 3 if proj else F, n, truncation=k).to(dtype)
+    x = ((torch.rand(3, 6, cell.input_size, dtype=dtype) * 2 - 1) * (1.0 if proj else 0.3))
+    x[1, 2] = x[0, 1]                                                  # a repeated word
+    mask = torch.arange(6)[None] < torch.tensor([6, 4, 1])[:, None]
+    x.requires_grad_(True)
+    w = torch.randn(3, 6, n, dtype=dtype)
+    params = [x, *cell.parameters()]
+
+    def grads(out, final):
+        return torch.autograd.grad((out * w).sum() + final.sum(), params)
+
+    ref, ref_final = cell.step_loop(x, mask)
+    ref_grads = grads(ref, ref_final)
+    assert not calls                                                   # the reference is dense
+    for unique in (False, True):
+        cell.unique_rows = unique
+        out, final = cell(x, mask)
+        assert calls and calls[-1][1:] == (k, n)
+        assert max_diff(out, ref) < tol and max_diff(final, ref_final) < tol
+        (gx, *gp), (rx, *rp) = grads(out, final), ref_grads
+        if unique:           # a repeated word is one exponential: its gradient lands on one row
+            gx, rx = fold(gx), fold(rx)
+        for a, b in zip([gx, *gp], [rx, *rp]):
+            assert max_diff(a, b) < tol * 10 * max(1.0, b.abs().max().item())
+
+
+def fold(gx):
+    """Sum the gradient of the repeated word x[1, 2] = x[0, 1] into (0, 1)."""
+    gx = gx.clone()
+    gx[0, 1] += gx[1, 2]
+    gx[1, 2] = 0
+    return gx
+
+
+def test_embedding_dropout_runs_one_fast_exponential_per_sequence_and_word(monkeypatch):
+    """Training with dropout on the word vectors (the default target): forward == step_loop
+    on the masked vectors (state mask fixed to ones), values and gradients."""
+    calls = []
+    real = unitary.truncated_matrix_exp
+    monkeypatch.setattr(unitary, "truncated_matrix_exp", lambda R: (calls.append(R.shape[0]), real(R))[1])
+    n, k = 50, 3
+    cell = URN(triangle_size(n, k), n, truncation=k).double().train()
+    cell.recurrent_dropout = 0.3
+    g = torch.Generator().manual_seed(5)
+    m_x = torch.bernoulli(torch.full((4, cell.input_size), 0.7, dtype=torch.float64), generator=g) / 0.7
+    cell._dropout_masks = lambda B, n_, x: (m_x, None, torch.ones(B, n_, dtype=torch.float64))
+    tokens = torch.randint(0, 3, (4, 5), generator=g)                  # 3 words, repeated
+    table = ((torch.rand(3, cell.input_size, generator=g, dtype=torch.float64) * 2 - 1) * 0.05).requires_grad_(True)
+    w = torch.randn(4, 5, n, generator=g, dtype=torch.float64)
+    out, _ = cell(table[tokens])
+    assert calls == [int(torch.unique(tokens + 3 * torch.arange(4)[:, None]).numel())]
+    ref, _ = cell.step_loop(table[tokens] * m_x[:, None, :])
+    assert max_diff(out, ref) < 1e-12
+    g_fast, = torch.autograd.grad((out * w).sum(), table)
+    g_ref, = torch.autograd.grad((ref * w).sum(), table)
+    assert max_diff(g_fast, g_ref) < 1e-12
+
+
+def test_dense_path_where_the_truncation_does_not_pay(monkeypatch):
+    """4k >= n (or low_rank_expm off): matrix_exp of the dense S, as before."""
+    monkeypatch.setattr(unitary, "truncated_matrix_exp", lambda R: pytest.fail("fast path used"))
+    for n, k in ((8, 2), (12, 3), (5, 5), (6, None), (50, 3)):
+        cell = URN(triangle_size(n, k), n, truncation=k).double()
+        cell.low_rank_expm = n != 50
+        x = torch.randn(4, triangle_size(n, k), dtype=torch.float64)
+        assert max_diff(cell._expm(x), matrix_exp(skew_ref(x, n, k))) == 0
