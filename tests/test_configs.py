@@ -38,6 +38,9 @@ def test_config_loads_with_every_budget(path):
         stem = f"{cfg.data.corpus}-{m.cell}"
         if m.cell == "urn" and m.truncation is not None and path.stem == f"{cfg.data.corpus}-turn{m.truncation}":
             continue                                               # the paper's k-TURN by its name
+        if path.stem == f"{stem}-w2v":     # the row with fixed vectors made by `rnnlens vectors`
+            assert m.embeddings_file and m.freeze_embeddings and "rnnlens vectors" in raw["description"]
+            continue
         # the same row at several depths: <corpus>-<cell>-<L>layer
         assert path.stem == stem or path.stem == f"{stem}-{m.layers}layer"
 
