@@ -622,7 +622,7 @@ def cmd_attention(args) -> int:
     memory_layout(model)                                  # an LM with a memory block, or a clear error
     parses = None
     if args.parses:
-        from .data.readers import read_conllu
+        from .data.conllu import read_conllu
         parses = read_conllu(args.parses)
     corpus = None
     if Path(args.data).is_file():
@@ -680,7 +680,7 @@ def cmd_complete(args) -> int:
     """MSR sentence completion: score the five filled sentences of each question by total
     log-probability and pick the best (recurrent-memory paper, Section 6)."""
     from .analysis.completion import complete_with_model, format_result
-    from .data.readers import read_msr_completion
+    from .data.msr import read_msr_completion
     from .data.tokenize import Tokenizer
     from .train.checkpoint import load_checkpoint
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rnnlens.analysis import attention as A
-from rnnlens.data.readers import DepSentence, read_conllu
+from rnnlens.data.conllu import DepSentence, read_conllu
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 

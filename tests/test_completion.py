@@ -9,7 +9,7 @@ import torch
 
 from rnnlens.analysis.completion import choose, complete, complete_with_model, format_result
 from rnnlens.data.batching import EOS
-from rnnlens.data.readers import read_msr_completion
+from rnnlens.data.msr import read_msr_completion
 from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel

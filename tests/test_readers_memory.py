@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rnnlens.data import readers as R
+from rnnlens.data import conllu, msr
 from rnnlens.data.tokenize import Tokenizer
 from rnnlens.errors import RnnlensError
 
@@ -27,7 +27,7 @@ def raises_at(path, line: int):
 
 @pytest.mark.parametrize("path", [Q_CSV, Q_TXT])
 def test_msr_questions_both_forms(path):
-    qs = R.read_msr_questions(path)
+    qs = msr.read_msr_questions(path)
     assert [q.id for q in qs] == ["1", "2", "3"]
     assert all(q.answer is None for q in qs)
     q = qs[2]
@@ -46,29 +46,29 @@ def test_msr_questions_both_forms(path):
 
 
 def test_msr_both_forms_give_the_same_questions():
-    a = R.read_msr_completion(Q_CSV, A_CSV)
-    b = R.read_msr_completion(Q_TXT, A_TXT)
+    a = msr.read_msr_completion(Q_CSV, A_CSV)
+    b = msr.read_msr_completion(Q_TXT, A_TXT)
     assert [(q.id, q.candidates, q.sentences, q.spans, q.answer) for q in a] == \
            [(q.id, q.candidates, q.sentences, q.spans, q.answer) for q in b]
     assert [q.answer for q in a] == [2, 0, 0]
 
 
 def test_msr_answers_three_forms(tmp_path):
-    assert R.read_msr_answers(A_CSV) == {"1": 2, "2": 0, "3": 0}
-    assert R.read_msr_answers(A_TXT) == {"1": 2, "2": 0, "3": 0}
+    assert msr.read_msr_answers(A_CSV) == {"1": 2, "2": 0, "3": 0}
+    assert msr.read_msr_answers(A_TXT) == {"1": 2, "2": 0, "3": 0}
     human = write(tmp_path, "h.txt", "1) [c] residing\n2) [a] bedroom\n3) [a] barked\n")
-    assert R.read_msr_answers(human) == {"1": 2, "2": 0, "3": 0}
+    assert msr.read_msr_answers(human) == {"1": 2, "2": 0, "3": 0}
 
 
 def test_msr_tokenizer_is_the_callers():
-    qs = R.read_msr_questions(Q_CSV, Tokenizer(lowercase=False, split_punct=False))
+    qs = msr.read_msr_questions(Q_CSV, Tokenizer(lowercase=False, split_punct=False))
     assert qs[2].sentences[0] == ["The", "dog", "barked", "at", "the", "stranger."]
     assert qs[2].spans[0] == (2, 3)
 
 
 def test_msr_csv_header_variants_and_bom(tmp_path):
     p = write(tmp_path, "q.csv", "\ufeffid,question,a,b,c,d,e\n7,a _____ b,x,y,z,u,v\n")
-    (q,) = R.read_msr_questions(p)
+    (q,) = msr.read_msr_questions(p)
     assert q.id == "7" and q.sentences[3] == ["a", "u", "b"]
 
 
@@ -89,7 +89,7 @@ def test_msr_csv_header_variants_and_bom(tmp_path):
 def test_msr_questions_malformed(tmp_path, text, line, needle):
     p = write(tmp_path, "q.txt", text)
     with raises_at(p, line) as e:
-        R.read_msr_questions(p)
+        msr.read_msr_questions(p)
     assert needle in str(e.value)
     assert "\n" not in str(e.value)
 
@@ -98,7 +98,7 @@ def test_msr_machine_lines_of_a_question_must_be_together(tmp_path):
     five = "".join(f"1{c}) x [{c}] y\n" for c in "abcde")
     p = write(tmp_path, "q.txt", five + "2a) x [a] y\n1a) x [a] y\n")
     with raises_at(p, 7, ) as e:
-        R.read_msr_questions(p)
+        msr.read_msr_questions(p)
     assert "not together" in str(e.value)
 
 
@@ -111,20 +111,20 @@ def test_msr_machine_lines_of_a_question_must_be_together(tmp_path):
 def test_msr_answers_malformed(tmp_path, text, line, needle):
     p = write(tmp_path, "a.txt", text)
     with raises_at(p, line) as e:
-        R.read_msr_answers(p)
+        msr.read_msr_answers(p)
     assert needle in str(e.value)
 
 
 def test_msr_answers_must_match_the_questions(tmp_path):
     few = write(tmp_path, "few.csv", "id,answer\n1,c\n2,a\n")
     with pytest.raises(RnnlensError, match="no answer for 1 question.*e.g. 3"):
-        R.read_msr_completion(Q_CSV, few)
+        msr.read_msr_completion(Q_CSV, few)
     more = write(tmp_path, "more.csv", "id,answer\n1,c\n2,a\n3,a\n9,b\n")
     with pytest.raises(RnnlensError, match="1 answer.*not in.*e.g. 9"):
-        R.read_msr_completion(Q_CSV, more)
+        msr.read_msr_completion(Q_CSV, more)
 
 
-@pytest.mark.parametrize("reader", [R.read_msr_questions, R.read_msr_answers, R.read_conllu])
+@pytest.mark.parametrize("reader", [msr.read_msr_questions, msr.read_msr_answers, conllu.read_conllu])
 def test_missing_and_empty_files(tmp_path, reader):
     with pytest.raises(RnnlensError, match="does not exist"):
         reader(tmp_path / "nope")
@@ -135,7 +135,7 @@ def test_missing_and_empty_files(tmp_path, reader):
 # --- CoNLL-U ---------------------------------------------------------------------------
 
 def test_conllu_fixture():
-    sents = R.read_conllu(FIX / "deps.conllu")
+    sents = conllu.read_conllu(FIX / "deps.conllu")
     assert [s.forms for s in sents] == [["the", "dog", "barked"],
                                         ["she", "said", "that", "he", "would", "come"],
                                         ["i", "wo", "n't", "go"]]   # 2-3 and 4.1 skipped
@@ -165,6 +165,6 @@ def _row(i, form, head, rel="dep"):
 def test_conllu_malformed(tmp_path, text, line, needle):
     p = write(tmp_path, "p.conllu", text)
     with raises_at(p, line) as e:
-        R.read_conllu(p)
+        conllu.read_conllu(p)
     assert needle in str(e.value)
     assert "\n" not in str(e.value)

@@ -356,7 +356,7 @@ def dependency_attention(attn: torch.Tensor, mask: torch.Tensor, parses: Sequenc
     word), the weight the block puts on the memory word at the position that predicts the
     other one, if that word is in an existing slot.
 
-    attn [B,T,K], mask [B,T]; parses[b]: the row's readers.DepSentence (or None: no parse);
+    attn [B,T,K], mask [B,T]; parses[b]: the row's conllu.DepSentence (or None: no parse);
     leads[b]: how many input tokens come before the sentence's first word (1 for the
     sentence-level LM's leading <eos>), so word i (0-based) is at input position i + lead
     and is predicted at position i + lead - 1. strip_subtypes: nmod:poss -> nmod.
@@ -422,7 +422,7 @@ def analyse_attention(model, vocab, sentences: Sequence[Sequence[str]], parses: 
     """Run a memory-network LM over sentences (token lists) and measure Figures 3, 4, 6 and
     Table 3 in one pass, batch by batch (analysis.lm.sentence_batch, model.attention).
 
-    parses: one readers.DepSentence per sentence, with as many words (Figure 6; None: skip).
+    parses: one conllu.DepSentence per sentence, with as many words (Figure 6; None: skip).
     train_sentences: token lists (no <eos>) for the co-occurrence counts of Table 3 (None: no
     counts). They are counted as the model reads a sentence, [<eos>, w1..wn, <eos>], with
     words outside the vocabulary as <unk>, so pairs with the sentence boundary count too.

@@ -73,7 +73,7 @@ def choose(scores: torch.Tensor) -> list[int]:
 
 def complete(score: Callable[[list[list[str]]], torch.Tensor], questions: Sequence,
              vocab=None) -> CompletionResult:
-    """Answer questions (readers.CompletionQuestion, or anything with .id, .sentences,
+    """Answer questions (msr.CompletionQuestion, or anything with .id, .sentences,
     .answer, .candidates) with a sentence scorer: score(list of token lists) -> [S] total
     log-probabilities. All filled sentences go to the scorer in one call (it batches).
     vocab (optional) counts the candidates it does not know."""
