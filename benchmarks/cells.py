@@ -42,6 +42,7 @@ from .common import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCES = ("torch.nn.LSTM", "torch.nn.GRU", "torch.nn.LSTM-aten")
+TORCH = REFERENCES + ("torch.nn.RNN",)     # torch.nn.RNN (tanh): the suite's yardstick for elman
 # torch.nn.LSTM on the CPU runs oneDNN's fused RNN kernel (mkldnn_rnn_layer). "-aten" runs the
 # same module with oneDNN switched off: ATen's own C++ time loop, which is what a recurrence
 # written as ordinary tensor operations competes with.
@@ -55,11 +56,11 @@ def _rss_kb() -> int:
     return pages * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
-def _build(name: str, size: int):
+def _build(name: str, size: int, chunk: int | None = None):
     import torch
 
-    if name in REFERENCES:
-        cls = torch.nn.GRU if name == "torch.nn.GRU" else torch.nn.LSTM
+    if name in TORCH:
+        cls = {"torch.nn.GRU": torch.nn.GRU, "torch.nn.RNN": torch.nn.RNN}.get(name, torch.nn.LSTM)
         mod = cls(size, size, batch_first=True)
         if name.endswith("-aten"):
             def run(x):      # oneDNN off on the CPU, cuDNN off on a GPU: ATen's own time loop
@@ -70,6 +71,10 @@ def _build(name: str, size: int):
     from rnnlens.cells import CELLS
 
     cell = CELLS[name](size, size)
+    if chunk:           # gradient checkpointing over time chunks, as model.checkpoint_chunk runs it
+        from rnnlens.encoder import run_cell
+
+        return cell, lambda x: run_cell(cell, x, None, None, chunk)[0]
     return cell, lambda x: cell(x)[0]
 
 
@@ -84,7 +89,7 @@ def worker(args) -> dict:
     torch.manual_seed(0)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
-    module, run = _build(args.worker, args.size)
+    module, run = _build(args.worker, args.size, getattr(args, "checkpoint_chunk", None))
     module.to(device).train()
     x = torch.randn(args.batch, args.length, args.size, device=device, requires_grad=True)
     params = [p for p in module.parameters() if p.requires_grad]
@@ -116,7 +121,8 @@ def worker(args) -> dict:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss       # KiB on Linux
     tokens = args.batch * args.length * args.steps
     tps = sorted(tokens / t for t in times)
-    return {"cell": args.worker, "tokens_per_s": statistics.median(tps), "min": tps[0], "max": tps[-1],
+    chunk = getattr(args, "checkpoint_chunk", None) if args.worker not in TORCH else None
+    return {"cell": args.worker + (f" (checkpoint {chunk})" if chunk else ""), "tokens_per_s": statistics.median(tps), "min": tps[0], "max": tps[-1],
             "peak_mb": max(0, peak - rss0) / 1024, "params": sum(p.numel() for p in params),
             "threads": torch.get_num_threads(), "device": str(device)}
 
@@ -126,10 +132,13 @@ def run_child(name: str, args) -> dict:
            "--threads", str(args.threads), "--repeats", str(args.repeats), "--warmup", str(args.warmup),
            "--steps", str(args.steps), "--batch", str(args.batch), "--length", str(args.length),
            "--size", str(args.size), "--device", args.device]
+    if getattr(args, "checkpoint_chunk", None):
+        cmd += ["--checkpoint-chunk", str(args.checkpoint_chunk)]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if p.returncode != 0:
         last = (p.stderr.strip().splitlines() or ["exit code %d" % p.returncode])[-1]
-        return {"cell": name, "error": last[:120]}
+        chunk = getattr(args, "checkpoint_chunk", None)
+        return {"cell": name + (f" (checkpoint {chunk})" if chunk else ""), "error": last[:120]}
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
@@ -207,6 +216,8 @@ def main(argv=None) -> int:
     p.add_argument("--length", type=int, default=35)
     p.add_argument("--size", type=int, default=256, help="input and hidden size")
     p.add_argument("--device", default="cpu", help="cpu or cuda (peak MB from the CUDA allocator there)")
+    p.add_argument("--checkpoint-chunk", type=int, default=None,
+                   help="run each cell through gradient checkpointing over chunks of this many steps")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS-cells.md"), help="markdown file to write")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -219,7 +230,7 @@ def main(argv=None) -> int:
     # so it is timed on word inputs by benchmarks/urn.py instead.
     default = [n for n in CELLS if n not in ("urn",)]
     names = list(REFERENCES) + (args.cells if args.cells else default)
-    unknown = [n for n in names if n not in CELLS and n not in REFERENCES]
+    unknown = [n for n in names if n not in CELLS and n not in TORCH]
     if unknown:
         p.error(f"unknown cell(s) {', '.join(unknown)}; valid: {', '.join(CELLS)}")
     started = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")

@@ -30,35 +30,74 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _time(fn, repeats: int) -> float:
+def _time(fn, repeats: int, sync=lambda: None) -> float:
     fn()
     ts = []
     for _ in range(repeats):
+        sync()
         t0 = time.perf_counter()
         fn()
+        sync()
         ts.append(time.perf_counter() - t0)
     return min(ts)
 
 
-def run(cell_name: str, length: int, hidden: int, repeats: int) -> dict:
+def run(cell_name: str, length: int, hidden: int, repeats: int, device: str = "cpu") -> dict:
+    """One row of the table (times in seconds); on CUDA every timed call ends with a synchronize."""
     from rnnlens.analysis.ngrams import ngram_scores, ngram_scores_ref, scores_ending_at, top_ngrams
     from rnnlens.cells import CELLS
 
     torch.manual_seed(0)
-    cell = CELLS[cell_name](hidden, hidden).eval()
-    x = torch.randn(1, length, hidden)
+    cell = CELLS[cell_name](hidden, hidden).eval().to(device)
+    x = torch.randn(1, length, hidden, device=device)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     with torch.no_grad():
         view = cell.linear_view(x)
-        w = torch.randn(hidden)
-        t_ref = _time(lambda: ngram_scores_ref(view, w), repeats)
-        t_all = _time(lambda: ngram_scores(view, w), repeats)
-        t_last = _time(lambda: scores_ending_at(view, w, length - 1), repeats)
-        t_top = _time(lambda: top_ngrams(view, w, k=20, max_n=8), repeats)
+        w = torch.randn(hidden, device=device)
+        t_ref = _time(lambda: ngram_scores_ref(view, w), repeats, sync)
+        t_all = _time(lambda: ngram_scores(view, w), repeats, sync)
+        t_last = _time(lambda: scores_ending_at(view, w, length - 1), repeats, sync)
+        t_top = _time(lambda: top_ngrams(view, w, k=20, max_n=8), repeats, sync)
         same = float((ngram_scores(view, w) - ngram_scores_ref(view, w)).abs().max())
         last_same = float((scores_ending_at(view, w, length - 1)[0, :, 0]
                            - ngram_scores_ref(view, w)[0, length - 1, :, 0]).abs().max())
     return {"cell": cell_name, "ref": t_ref, "all": t_all, "last": t_last, "top": t_top,
             "max_diff_all": same, "max_diff_last": last_same}
+
+
+def stream(cell_name: str = "gru", length: int = 10000, hidden: int = 300, k: int = 20, max_n: int = 8,
+           device: str = "cpu") -> dict:
+    """Explaining one long document in bounded memory (issue 9, item 3): `top_ngrams` (k, max_n)
+    of a random document of `length` tokens through the cell's linear view, float32. Returns
+    seconds and the peak memory growth in MB over building the view and the streamed search
+    (peak RSS, as benchmarks/cells.py reads it; CUDA: the allocator's peak) -- run it in a
+    process of its own for the peak to mean anything."""
+    import resource
+
+    from rnnlens.analysis.ngrams import top_ngrams
+    from rnnlens.cells import CELLS
+
+    torch.manual_seed(0)
+    dev = torch.device(device)
+    cell = CELLS[cell_name](hidden, hidden).eval().to(dev)
+    x = torch.randn(1, length, hidden, device=dev)
+    w = torch.randn(hidden, device=dev)
+    with open("/proc/self/statm") as f:
+        rss0 = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(dev)
+        rss0 = torch.cuda.memory_allocated(dev) // 1024
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        best = top_ngrams(cell.linear_view(x), w, k=k, max_n=max_n)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated(dev) // 1024
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"cell": cell_name, "length": length, "hidden": hidden, "seconds": time.perf_counter() - t0,
+            "peak_mb": max(0, peak - rss0) / 1024, "found": len(best)}
 
 
 def main(argv=None) -> int:

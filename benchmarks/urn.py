@@ -79,6 +79,49 @@ def one_pass(model: Model, tokens: torch.Tensor) -> float:
     return time.perf_counter() - t0
 
 
+def speed(batch_size: int = 32, length: int = 35, hidden: int = 50, repeats: int = 5, warmup: int = 2,
+          device: str = "cpu") -> dict:
+    """Training tokens/s of the URN on Dyck strings at the suite's setting (issue 9's "URN (50
+    units)"): `length` input positions (the strings cut to length + 1 tokens, start symbol
+    first) x `batch_size` rows, the Model above in train mode (per-word exponentials, dropout
+    off), forward + loss + backward; the median of `repeats` after `warmup` passes. Beside it,
+    torch.nn.LSTM of the URN's width (hidden, input = hidden) on random x of the same shape,
+    cell alone as benchmarks/cells.py times it. Returns a dict (tokens/s, min..max, distinct
+    words)."""
+    torch.manual_seed(0)
+    dev = torch.device(device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    model = Model(hidden).to(dev).train()
+    tokens = batch(batch_size, n_pairs=(length + 2) // 2)[:, : length + 1].to(dev)
+    lstm = nn.LSTM(hidden, hidden, batch_first=True).to(dev).train()
+    x = torch.randn(batch_size, length, hidden, device=dev, requires_grad=True)
+
+    def urn_pass():
+        model.zero_grad(set_to_none=True)
+        model.loss(tokens).backward()
+
+    def lstm_pass():
+        lstm.zero_grad(set_to_none=True)
+        x.grad = None
+        lstm(x)[0].sum().backward()
+
+    out = {"distinct": int(torch.unique(tokens[:, :-1]).numel()), "batch": batch_size, "length": length,
+           "hidden": hidden}
+    for name, fn in (("urn", urn_pass), ("lstm_same_width", lstm_pass)):
+        for _ in range(warmup):
+            fn()
+        tps = []
+        for _ in range(repeats):
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            tps.append(batch_size * length / (time.perf_counter() - t0))
+        tps.sort()
+        out[name] = {"tokens_per_s": statistics.median(tps), "min": tps[0], "max": tps[-1]}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=1)

@@ -1,4 +1,5 @@
-"""`rnnlens bench`: training throughput of every head at one fixed small setting.
+"""`rnnlens bench`: training throughput of every head at one fixed small setting; `rnnlens
+bench --all` runs the whole benchmark suite of the repository (benchmarks/suite.py).
 
 Each head trains on random tokens (vocabulary 5,000, so the numbers measure compute, not
 data loading): forward, backward and an Adam step, timed over `steps` steps after two warm-up
@@ -7,7 +8,9 @@ same run; the ratio is what to compare across machines.
 """
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -80,3 +83,25 @@ def run_bench(cell: str = "gru", hidden: int = 128, batch: int = 32, length: int
         rows.append({"head": task, "tokens_per_s": tps})
         print(f"{task:10} {tps:>12,.0f}")
     return rows
+
+
+def run_suite(quick: bool = False, device: str = "cpu", out: str | None = None, threads: int | None = None) -> str:
+    """`rnnlens bench --all`: benchmarks/suite.py's run (every cell and analysis against its
+    reference, benchmarks/RESULTS.md). The suite ships with the repository, not the package:
+    this finds it beside an editable install, or in the working directory."""
+    from .errors import RnnlensError
+
+    for root in (Path(__file__).resolve().parents[1], Path.cwd()):
+        if (root / "benchmarks" / "suite.py").is_file():
+            break
+    else:
+        raise RnnlensError("rnnlens bench --all runs benchmarks/suite.py of the rnnlens repository: run it "
+                           "from a checkout (or an editable install of one)")
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from benchmarks.suite import run_suite as suite
+
+    try:
+        return suite(out, quick=quick, device=device, threads=threads)
+    except ValueError as e:
+        raise RnnlensError(str(e)) from e

@@ -139,8 +139,11 @@ def cmd_approx_error(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import run_bench
+    from .bench import run_bench, run_suite
 
+    if args.all:
+        print(run_suite(quick=args.quick, device=args.device, out=args.out, threads=args.threads))
+        return 0
     run_bench(cell=args.cell, hidden=args.hidden, batch=args.batch, length=args.length, steps=args.steps)
     return 0
 
@@ -515,6 +518,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch", type=int, default=32)
     b.add_argument("--length", type=int, default=35)
     b.add_argument("--steps", type=int, default=10)
+    b.add_argument("--all", action="store_true",
+                   help="the whole suite of benchmarks/ (every cell and analysis against its reference, "
+                        "ratios against the targets): writes benchmarks/RESULTS.md")
+    b.add_argument("--quick", action="store_true", help="--all at smoke sizes (under a minute; RESULTS-quick.md)")
+    b.add_argument("--device", default="cpu", help="--all: cpu or cuda")
+    b.add_argument("--threads", type=int, default=None, help="--all: torch threads (default 2; --quick: 1)")
+    b.add_argument("--out", help="--all: the markdown file to write")
     b.set_defaults(func=cmd_bench)
 
     e = sub.add_parser("explain", help="the n-grams of a text and their scores")

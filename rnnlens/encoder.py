@@ -14,6 +14,51 @@ from .errors import RnnlensError
 from .train.config import ModelConfig
 
 
+def run_cell(cell: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, state=None,
+             chunk: int | None = None):
+    """cell(x[B,T,E], mask[B,T], state[B,S]) -> (out[B,T,H], final[B,S]); with `chunk` = L,
+    in training (grad enabled, T > L), the same values through gradient checkpointing over
+    time: the cell runs on chunks of L steps, each under torch.utils.checkpoint, the state
+    carried from one to the next. Backward then keeps only the chunks' inputs, outputs and
+    boundary states and recomputes one chunk's activations at a time, so the memory a cell's
+    steps hold drops from T steps' worth to L (plus a [B,S] state per chunk), for one more
+    forward pass in backward (benchmarks/RESULTS.md has a length-4096 step with and without). Padding needs nothing: a masked step keeps the state, across
+    a chunk boundary too; a pad repeats its row's last real output (the cell contract), which
+    a chunk holding no real token of that row cannot see when the output reads x_t (the
+    rational cells' output gate), so the outputs are held once more after the chunks.
+    Recurrent dropout draws one mask per sequence, before the time loop: the generator is
+    set back to where it was before each chunk, so every chunk draws that same mask (as one
+    call would) and the generator ends where one call leaves it. Cells that are not a
+    state carried forward (MVM, VM, MM: g enters only at each call's first token) refuse."""
+    T = x.shape[1]
+    if not chunk or T <= chunk or not cell.training or not torch.is_grad_enabled():
+        return cell(x, mask, state)
+    if not getattr(cell, "additive", True):
+        raise RnnlensError(f"model.checkpoint_chunk: {type(cell).__name__} keeps only the n-gram that "
+                           "starts at each call's first token, so it cannot run in chunks of time")
+    from torch.utils.checkpoint import checkpoint
+
+    redraw = getattr(cell, "recurrent_dropout", 0.0) > 0
+    if redraw:
+        cuda = x.device.type == "cuda"
+        rng = torch.cuda.get_rng_state(x.device) if cuda else torch.get_rng_state()
+    outs = []
+    for a in range(0, T, chunk):
+        if redraw:
+            if cuda:
+                torch.cuda.set_rng_state(rng, x.device)
+            else:
+                torch.set_rng_state(rng)
+        m = None if mask is None else mask[:, a:a + chunk]
+        out, state = checkpoint(cell, x[:, a:a + chunk], m, state, use_reentrant=False)
+        outs.append(out)
+    out = torch.cat(outs, 1)
+    if mask is not None:
+        last = (mask.long().cumsum(1) - 1).clamp(min=0)
+        out = out.gather(1, last[..., None].expand_as(out))
+    return out, state
+
+
 def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Reverse each row of x[B,T,...] within its length; pad positions stay where they are."""
     B, T = x.shape[:2]
@@ -57,6 +102,9 @@ class RNNEncoder(nn.Module):
                         spectral_norm(module, name)
                 cells.append(cell)
         self.cells = nn.ModuleList(cells)
+        if cfg.checkpoint_chunk is not None and not getattr(cells[0], "additive", True):
+            raise RnnlensError(f"model.checkpoint_chunk does not apply to {cfg.cell}: it keeps only the "
+                               "n-gram from each call's first token, so its time steps cannot be split")
         if hasattr(cells[0], "init_embedding"):      # e.g. the URN: words are matrices
             cells[0].init_embedding(embedding)
         self.embedding_dropout = nn.Dropout(cfg.embedding_dropout)
@@ -74,10 +122,11 @@ class RNNEncoder(nn.Module):
                 k = layer * self.directions + d
                 cell = self.cells[k]
                 s0 = state[k] if state is not None else None
+                chunk = self.cfg.checkpoint_chunk
                 if d == 0:
-                    out, fin = cell(x, mask, s0)
+                    out, fin = run_cell(cell, x, mask, s0, chunk)
                 else:
-                    out, fin = cell(reverse_padded(x, lengths), mask, s0)
+                    out, fin = run_cell(cell, reverse_padded(x, lengths), mask, s0, chunk)
                     out = reverse_padded(out, lengths)
                 outs.append(out)
                 new_state.append(fin)
@@ -178,7 +227,7 @@ class MemoryEncoder(nn.Module):
         out, attn, context = self.block(self.layer_dropout(h), tokens, mask)
         self.last = {"attention": attn.detach(), "context": context.detach(), "states": h.detach()}
         if self.upper is not None:
-            out, fin = self.upper(self.layer_dropout(out), mask)
+            out, fin = run_cell(self.upper, self.layer_dropout(out), mask, None, self.cfg.checkpoint_chunk)
             final = [*final, fin]
         return out, final
 

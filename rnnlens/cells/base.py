@@ -44,6 +44,18 @@ class LinearView:
     def shape(self) -> tuple[int, int, int]:
         return tuple(self.g.shape)  # (B, T, S)
 
+    def at(self, name: str, t: int) -> torch.Tensor:
+        """getattr(self, name)[:, t] (a [B,T,...] tensor at step t) through one cached
+        unbind(1). In a time loop under autograd, T selects would each write a zero-filled
+        gradient of the whole [B,T,...] tensor in backward, O(T^2) work for T steps; the
+        backward of one unbind is one stack. The cache follows reassignment (view.g = ...)."""
+        x = getattr(self, name)
+        cache = self.__dict__.setdefault("_steps", {})
+        hit = cache.get(name)
+        if hit is None or hit[0] is not x:
+            hit = cache[name] = (x, x.unbind(1))
+        return hit[1][t]
+
     # --- subclasses implement the two structured products -------------------------
     def _apply(self, t: int, V: torch.Tensor) -> torch.Tensor:  # A(x_t) v, V[B,K,S]
         raise NotImplementedError
@@ -76,7 +88,7 @@ class LinearView:
 
     def step(self, t: int, s: torch.Tensor) -> torch.Tensor:
         """One step of the linear recurrence: g(x_t) + A(x_t) s, s[B,S]."""
-        return self.apply(t, s[:, None, :])[:, 0] + self.g[:, t]
+        return self.apply(t, s[:, None, :])[:, 0] + self.at("g", t)
 
     def unroll(self) -> torch.Tensor:
         """States of the linear recurrence from s_0 = h0 (or 0): [B,T,S]."""
@@ -98,10 +110,10 @@ class DenseView(LinearView):
         self.A = A
 
     def _apply(self, t, V):
-        return V @ self.A[:, t].transpose(-1, -2)
+        return V @ self.at("A", t).transpose(-1, -2)
 
     def _rapply(self, t, R):
-        return R @ self.A[:, t]
+        return R @ self.at("A", t)
 
 
 class StructuredView(LinearView):
@@ -121,10 +133,10 @@ class StructuredView(LinearView):
 
     def _apply(self, t, V):
         B, Kv, H = V.shape
-        U = (V @ self.W.T) * self.coef[:, t, None, :]          # [B,Kv,K*H]
+        U = (V @ self.W.T) * self.at("coef", t)[:, None, :]          # [B,Kv,K*H]
         out = U.view(B, Kv, self.K, H).sum(2)
         if self.diag is not None:
-            out = out + self.diag[:, t, None, :] * V
+            out = out + self.at("diag", t)[:, None, :] * V
         return out
 
     def matrix(self, t: int) -> torch.Tensor:
@@ -141,10 +153,10 @@ class StructuredView(LinearView):
 
     def _rapply(self, t, R):
         B, Kv, H = R.shape
-        a = self.coef[:, t].view(B, 1, self.K, H)
+        a = self.at("coef", t).view(B, 1, self.K, H)
         out = (R[:, :, None, :] * a).reshape(B, Kv, self.K * H) @ self.W
         if self.diag is not None:
-            out = out + self.diag[:, t, None, :] * R
+            out = out + self.at("diag", t)[:, None, :] * R
         return out
 
 

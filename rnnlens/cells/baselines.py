@@ -39,10 +39,10 @@ class DiagView(LinearView):
         self.d = d
 
     def _apply(self, t, V):
-        return V * self.d[:, t, None, :]
+        return V * self.at("d", t)[:, None, :]
 
     def _rapply(self, t, R):
-        return R * self.d[:, t, None, :]
+        return R * self.at("d", t)[:, None, :]
 
 
 class BlockShiftView(LinearView):
@@ -75,13 +75,13 @@ class MatrixLeftView(LinearView):
     def _apply(self, t, V):
         B, K, _ = V.shape
         d = self.d
-        return (self.A[:, t, None] @ V.reshape(B, K, d, d)).reshape(B, K, d * d)
+        return (self.at("A", t)[:, None] @ V.reshape(B, K, d, d)).reshape(B, K, d * d)
 
     def _rapply(self, t, R):
         # (R A_ext)[k,l] = sum_i A[i,k] R[i,l], i.e. A^T R in matrix form.
         B, K, _ = R.shape
         d = self.d
-        return (self.A[:, t, None].transpose(-1, -2) @ R.reshape(B, K, d, d)).reshape(B, K, d * d)
+        return (self.at("A", t)[:, None].transpose(-1, -2) @ R.reshape(B, K, d, d)).reshape(B, K, d * d)
 
 
 class BigramView(LinearView):
@@ -95,12 +95,12 @@ class BigramView(LinearView):
 
     def _apply(self, t, V):
         q = V[..., : self.H]
-        Aq = 0.25 * (q @ self.M.T) * self.a[:, t, None, :] + 0.5 * q
+        Aq = 0.25 * (q @ self.M.T) * self.at("a", t)[:, None, :] + 0.5 * q
         return torch.cat([torch.zeros_like(q), Aq], -1)
 
     def _rapply(self, t, R):
         r = R[..., self.H:]
-        rA = 0.25 * (r * self.a[:, t, None, :]) @ self.M + 0.5 * r
+        rA = 0.25 * (r * self.at("a", t)[:, None, :]) @ self.M + 0.5 * r
         return torch.cat([rA, torch.zeros_like(r)], -1)
 
 

@@ -52,11 +52,12 @@ class _Classic(Cell):
             keep = 1.0 - self.recurrent_dropout
             drop = torch.bernoulli(x.new_full((x.shape[0], self.hidden_size), keep)) / keep
         outs = []
+        steps = P.unbind(1)         # not P[:, t]: T selects' backward is T zero-filled [B,T,G*H]
         for t in range(x.shape[1]):
             r = self._recurrent_input(s)
             if drop is not None:
                 r = r * drop
-            new = self._update(P[:, t], torch.addmm(self.bias_hh, r, Wt), s)
+            new = self._update(steps[t], torch.addmm(self.bias_hh, r, Wt), s)
             s = new if mask is None else torch.where(mask[:, t, None], new, s)
             outs.append(s)
         return torch.stack(outs, 1), s
@@ -202,16 +203,22 @@ class LSTMView(LinearView):
             self._w3 = torch.cat([self.W[:H], self.W[2 * H:]])
         return self._w3
 
+    def _gates(self, t):
+        """f, a_i, a_g, a_o, k, a_f at step t, each [B,1,H] (a_f None when absent)."""
+        names = ("f", "a_i", "a_g", "a_o", "k", "a_f")
+        return tuple(None if getattr(self, n) is None else self.at(n, t)[:, None] for n in names)
+
     def _apply(self, t, V):
         vc, vh = V.split(self.H, -1)
         if self.a_f is None:        # W_hf multiplies nothing: 3 of the 4 blocks
             ui, ug, uo = (vh @ self.w3.T).chunk(3, -1)
         else:
             ui, uf, ug, uo = (vh @ self.W.T).chunk(4, -1)
-        u = self.f[:, t, None] * vc + self.a_i[:, t, None] * ui + self.a_g[:, t, None] * ug
-        if self.a_f is not None:
-            u = u + self.a_f[:, t, None] * uf
-        return torch.cat([u, self.k[:, t, None] * u + self.a_o[:, t, None] * uo], -1)
+        f, a_i, a_g, a_o, k, a_f = self._gates(t)
+        u = f * vc + a_i * ui + a_g * ug
+        if a_f is not None:
+            u = u + a_f * uf
+        return torch.cat([u, k * u + a_o * uo], -1)
 
     def matrix(self, t: int) -> torch.Tensor:
         """A(x_t) dense [B,2H,2H] from the block form, O(H^2) to build."""
@@ -231,14 +238,13 @@ class LSTMView(LinearView):
 
     def _rapply(self, t, R):
         rc, rh = R.split(self.H, -1)
-        q = rc + rh * self.k[:, t, None]
-        if self.a_f is None:        # 3 blocks: no zero W_hf block in the product
-            coef = torch.cat([q * self.a_i[:, t, None], q * self.a_g[:, t, None], rh * self.a_o[:, t, None]], -1)
-            return torch.cat([q * self.f[:, t, None], coef @ self.w3], -1)
-        qf = q * self.a_f[:, t, None]
-        coef = torch.cat([q * self.a_i[:, t, None], qf,
-                          q * self.a_g[:, t, None], rh * self.a_o[:, t, None]], -1)
-        return torch.cat([q * self.f[:, t, None], coef @ self.W], -1)
+        f, a_i, a_g, a_o, k, a_f = self._gates(t)
+        q = rc + rh * k
+        if a_f is None:             # 3 blocks: no zero W_hf block in the product
+            coef = torch.cat([q * a_i, q * a_g, rh * a_o], -1)
+            return torch.cat([q * f, coef @ self.w3], -1)
+        coef = torch.cat([q * a_i, q * a_f, q * a_g, rh * a_o], -1)
+        return torch.cat([q * f, coef @ self.W], -1)
 
 
 CLASSIC = {"elman": Elman, "gru": GRU, "lstm": LSTM}

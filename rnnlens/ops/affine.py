@@ -23,7 +23,7 @@ def affine_scan(view: LinearView, s0: torch.Tensor | None = None,
     s = s0 if s0 is not None else (view.h0 if view.h0 is not None else view.g.new_zeros(B, S))
     out = []
     for t in range(T):
-        s = view.apply(t, s[:, None, :])[:, 0] + view.g[:, t]     # apply() keeps s at pads
+        s = view.apply(t, s[:, None, :])[:, 0] + view.at("g", t)  # apply() keeps s at pads
         if clamp is not None:
             s = s.clamp(-clamp, clamp)
         out.append(s)

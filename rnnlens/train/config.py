@@ -87,6 +87,10 @@ class ModelConfig:
     memory_temporal: bool = False     # +tM: learned position tables on keys and values
     memory_composition: str = "gated"   # "linear" (W_c h + s) or "gated" (GRU-like)
     memory_bidirectional: bool = False  # also the N words after the one to predict (completion)
+    # Long sequences: gradient checkpointing over time chunks of this many steps in training
+    # (recurrent cells only; same values, memory for L steps instead of T, each chunk's forward
+    # run again in backward); None = off.
+    checkpoint_chunk: int | None = None
 
 
 @dataclass
@@ -200,6 +204,8 @@ class Config:
         need(m.memory_composition in COMPOSITIONS,
              f"model.memory_composition {m.memory_composition!r} is not one of {', '.join(COMPOSITIONS)}")
         need(m.memory_size >= 1, "model.memory_size must be >= 1")
+        need(m.checkpoint_chunk is None or (m.checkpoint_chunk >= 1 and m.cell != "transformer"),
+             "model.checkpoint_chunk must be >= 1 and is for recurrent cells (not transformer)")
         if m.memory is not None:
             need(m.cell != "transformer" and not m.bidirectional,
                  "model.memory stacks the block on one-direction recurrent cells (not transformer, not bidirectional)")

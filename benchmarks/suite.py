@@ -1,0 +1,526 @@
+"""The whole benchmark suite as one run (issue 9): every cell and analysis against its
+reference, measured in the same run, and one table of every ratio against its target.
+
+    python -m benchmarks                         # the full suite, CPU, writes benchmarks/RESULTS.md
+    python -m benchmarks --quick                 # smoke sizes, well under a minute (RESULTS-quick.md)
+    python -m benchmarks --device cuda --out benchmarks/RESULTS-cuda.md
+    rnnlens bench --all [--quick] [--device cuda]    # the same, from the repository checkout
+
+It runs the per-suite modules' measurements (it does not copy them), each in a child process
+(`python -m benchmarks.suite --worker JOBS`), so that a measurement's peak memory is its
+own and nothing one measurement leaves behind (allocator caches, threads) touches the next:
+
+- speed: benchmarks/cells.py's forward + backward of every registered cell alone on x[B,T,E]
+  = [32, 35, 256], hidden 256, against torch.nn.LSTM, GRU, RNN (and the LSTM with oneDNN
+  off); median of 5 repeats after 2 warm-up passes; the RRNN cells and torch.nn.LSTM again
+  at length 1024;
+- urn: benchmarks/urn.py's `speed`, the URN of 50 units on Dyck strings (batch 32 x 35);
+- lm: benchmarks/lm.py, the RM(+tM-g) model's training step against an LSTM language
+  model of the same width (torch.nn.LSTM), vocabulary 10,000, and at 1,000;
+- memory: the peak memory of one length-4096 training step (batch 32, hidden 256, float32,
+  forward + backward, benchmarks/cells.py's worker) of every cell against torch.nn.LSTM's,
+  and of two cells (gru, mvma-l) with gradient checkpointing over time chunks of 64 steps
+  (model.checkpoint_chunk).
+  On the CPU the peak is the growth of the peak RSS (getrusage) over the pass, in a process
+  of its own; on CUDA the allocator's peak. A cell whose length-35 run extrapolates beyond
+  the memory budget (--memory-budget-gb, default half the available memory, or 5 minutes)
+  is not run and is reported with its estimate;
+- analyses: benchmarks/ngrams.py (decomposition against the batched reference, best of 3),
+  the streamed top-k n-grams of 1,000- and 10,000-token documents (peak memory), and
+  benchmarks/scan.py (the chunked scan against its loop, median of 5).
+
+`--quick` shrinks every size (batch, length, hidden, repeats) and keeps only the cells the
+targets name, running the timings in one child process: a smoke test of the whole pipeline
+whose ratios mean nothing. The targets are issue 9's "Targets" section (and
+benchmarks/ngrams.py's for the decomposition).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .common import cpu_model
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "benchmarks"
+
+# issue 9, "Targets": training tokens/s relative to torch.nn.LSTM (length 35 unless noted)
+SPEED_TARGETS = {"mvma-g": 1.0, "mvma-l": 1.0, "gru-approx": 1.0, "lstm-approx": 1.0,
+                 "rrnn-b": 2.0, "rrnn-c": 2.0, "rrnn-f": 2.0}
+LONG_TARGETS = {"rrnn-b": 3.0, "rrnn-c": 3.0, "rrnn-f": 3.0}          # at length 1024
+OWN_TARGETS = {"elman": "torch.nn.RNN", "gru": "torch.nn.GRU", "lstm": "torch.nn.LSTM"}   # >= 0.8x
+URN_TARGET, RM_TARGET, OWN_TARGET, MEMORY_TARGET = 1.0, 0.5, 0.8, 1.5
+TORCH = ("torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN", "torch.nn.LSTM-aten")
+CHECKPOINTED = ("gru", "mvma-l")        # the memory rows with model.checkpoint_chunk (one within 1.5x, one not)
+
+
+def settings(quick: bool) -> dict:
+    if quick:
+        return {"batch": 4, "length": 8, "size": 32, "repeats": 2, "warmup": 1, "long": 64,
+                "mem_batch": 4, "mem_length": 256, "chunk": 32,
+                "urn": {"batch_size": 4, "length": 8, "hidden": 50, "repeats": 2, "warmup": 1},
+                "lm": {"batch": 4, "length": 8, "hidden": 32, "repeats": 2, "warmup": 1}, "vocabs": (200,),
+                "ngrams": {"cells": ("gru",), "length": 30, "hidden": 16, "repeats": 1},
+                "stream": {"lengths": (100, 1000), "hidden": 16},
+                "scan": {"semirings": ("real",), "lengths": (35,), "batch": 4, "size": 16}}
+    return {"batch": 32, "length": 35, "size": 256, "repeats": 5, "warmup": 2, "long": 1024,
+            "mem_batch": 32, "mem_length": 4096, "chunk": 64,
+            "urn": {"batch_size": 32, "length": 35, "hidden": 50, "repeats": 5, "warmup": 2},
+            "lm": {"batch": 32, "length": 35, "hidden": 256, "repeats": 5, "warmup": 2},
+            "vocabs": (10000, 1000),
+            "ngrams": {"cells": ("gru", "lstm", "mvma-g"), "length": 400, "hidden": 300, "repeats": 3},
+            "stream": {"lengths": (1000, 10000), "hidden": 300},
+            "scan": {"semirings": ("real", "max-plus", "log", "min-plus"), "lengths": (35, 1024),
+                     "batch": 32, "size": 256}}
+
+
+# --- the jobs a worker runs (each calls a per-suite module) -------------------------------
+def _job(job: dict, threads: int, device: str):
+    kind, p = job["kind"], job["params"]
+    if kind == "cell":
+        from . import cells
+
+        ns = argparse.Namespace(worker=p["name"], threads=threads, repeats=p["repeats"], warmup=p["warmup"],
+                                steps=1, batch=p["batch"], length=p["length"], size=p["size"], device=device,
+                                checkpoint_chunk=p.get("chunk"))
+        return cells.worker(ns)
+    if kind == "urn":
+        from . import urn
+
+        return urn.speed(device=device, **p)
+    if kind == "lm":
+        from . import lm
+
+        return {**lm.measure(device=device, **p), "vocab": p["vocab"]}
+    if kind == "ngrams":
+        from . import ngrams
+
+        return ngrams.run(p["cell"], p["length"], p["hidden"], p["repeats"], device)
+    if kind == "stream":
+        from . import ngrams
+
+        return ngrams.stream(length=p["length"], hidden=p["hidden"], device=device)
+    if kind == "scan":
+        from . import scan
+
+        ns = argparse.Namespace(batch=p["batch"], size=p["size"], device=device, repeats=p["repeats"],
+                                warmup=p["warmup"])
+        return scan.measure(p["semiring"], p["T"], ns)
+    raise ValueError(f"unknown job kind {kind!r}")
+
+
+def worker(jobs: list[dict], threads: int, device: str) -> list:
+    import warnings
+
+    import torch
+
+    warnings.filterwarnings("ignore", message="TF32 acceleration")
+    torch.set_num_threads(threads)
+    out = []
+    for job in jobs:
+        try:
+            out.append(_job(job, threads, device))
+        except Exception as e:          # one failing measurement is a row, not the end of the run
+            out.append({"error": f"{type(e).__name__}: {e}"[:160]})
+    return out
+
+
+def run_jobs(jobs: list[dict], threads: int, device: str) -> list:
+    """Run jobs in one child process; one result (or {"error": ...}) per job."""
+    cmd = [sys.executable, "-m", "benchmarks.suite", "--worker", json.dumps(jobs), "--threads", str(threads),
+           "--device", device]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if p.returncode != 0:
+        last = (p.stderr.strip().splitlines() or [f"exit code {p.returncode}"])[-1]
+        return [{"error": last[:160]} for _ in jobs]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# --- the run -------------------------------------------------------------------------------
+def _mem_available_gb() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 8.0
+
+
+def _cells_job(name, length, s, chunk=None, batch=None, repeats=None, warmup=None):
+    p = {"name": name, "length": length, "batch": batch or s["batch"], "size": s["size"],
+         "repeats": s["repeats"] if repeats is None else repeats, "warmup": s["warmup"] if warmup is None else warmup}
+    if chunk:
+        p["chunk"] = chunk
+    return {"kind": "cell", "params": p}
+
+
+def run_suite(out: str | Path | None = None, quick: bool = False, device: str = "cpu", threads: int | None = None,
+              cells: list[str] | None = None, parts: list[str] | None = None,
+              memory_budget_gb: float | None = None, log=None) -> str:
+    """Run the suite and write the markdown report to `out` (default benchmarks/RESULTS.md, or
+    RESULTS-quick.md with quick); returns its text. `cells` limits the cells timed (default:
+    every registered cell; with quick, the ones the targets name), `parts` the measurements
+    (speed, long, urn, lm, memory, ngrams, stream, scan; default all). `threads`: torch threads
+    in every measurement (default 2; 1 with quick, whose tiny operations only lose to a second
+    thread's synchronisation, badly so on a busy machine)."""
+    import torch
+
+    from rnnlens.cells import CELLS
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    threads = threads or (1 if quick else 2)
+    s = settings(quick)
+    parts = list(parts or ("speed", "long", "urn", "lm", "memory", "ngrams", "stream", "scan"))
+    if cells is None:
+        targeted = [*SPEED_TARGETS, *OWN_TARGETS]
+        cells = [n for n in CELLS if n != "urn" and (not quick or n in targeted)]
+    unknown = [n for n in cells if n not in CELLS]
+    if unknown:
+        raise ValueError(f"unknown cell(s) {', '.join(unknown)}; valid: {', '.join(CELLS)}")
+    cuda = device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device")
+    if memory_budget_gb is None:
+        memory_budget_gb = (torch.cuda.mem_get_info(torch.device(device))[0] / 2**30 * 0.8 if cuda
+                            else _mem_available_gb() / 2)
+    started = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    load0 = os.getloadavg()[0]
+    if load0 > 0.5:
+        log(f"warning: 1-minute load average is {load0:.2f}: other work is running and will skew the numbers")
+    t0 = time.perf_counter()
+    plan: dict[str, list[dict]] = {}
+    if "speed" in parts:
+        plan["speed"] = [_cells_job(n, s["length"], s) for n in (*TORCH, *cells)]
+    if "long" in parts:
+        plan["long"] = [_cells_job(n, s["long"], s) for n in ("torch.nn.LSTM", *[c for c in LONG_TARGETS if c in cells])]
+    if "urn" in parts:
+        plan["urn"] = [{"kind": "urn", "params": s["urn"]}]
+    if "lm" in parts:
+        from .lm import KINDS
+
+        plan["lm"] = [{"kind": "lm", "params": {**s["lm"], "kind": k, "vocab": v}} for v in s["vocabs"] for k in KINDS]
+    if "ngrams" in parts:
+        g = s["ngrams"]
+        plan["ngrams"] = [{"kind": "ngrams", "params": {"cell": c, "length": g["length"], "hidden": g["hidden"],
+                                                        "repeats": g["repeats"]}} for c in g["cells"]]
+    if "stream" in parts:
+        g = s["stream"]
+        plan["stream"] = [{"kind": "stream", "params": {"length": T, "hidden": g["hidden"]}} for T in g["lengths"]]
+    if "scan" in parts:
+        g = s["scan"]
+        plan["scan"] = [{"kind": "scan", "params": {"semiring": sr, "T": T, "batch": g["batch"], "size": g["size"],
+                                                    "repeats": s["repeats"], "warmup": s["warmup"]}}
+                        for sr in g["semirings"] for T in g["lengths"]]
+
+    def run(jobs: list[dict], label: str) -> list:
+        log(f"  {label}")
+        return run_jobs(jobs, threads, device)
+
+    res: dict = {"settings": s, "budget_gb": memory_budget_gb}
+    if quick:       # every timing in one child: a smoke test of the pipeline, not a measurement
+        flat = [(part, j) for part, jobs in plan.items() for j in jobs]
+        got = run([j for _, j in flat], f"{len(flat)} quick measurements in one process")
+        for (part, _), r in zip(flat, got):
+            res.setdefault(part, []).append(r)
+    else:
+        for part, jobs in plan.items():
+            res[part] = [run([j], f"{part}: {_describe(j)}")[0] for j in jobs]
+    for part, jobs in plan.items():         # name the failed rows after their job
+        res[part] = [r if "error" not in r else {**_names(j), **r} for j, r in zip(jobs, res[part])]
+    if "urn" in res:
+        res["urn"] = res["urn"][0]
+    if "memory" in parts:
+        res["memory"] = _memory(cells, s, res.get("speed", []), memory_budget_gb, quick, run)
+    seconds = time.perf_counter() - t0
+    text = report(res, quick=quick, device=device, threads=threads, started=started, seconds=seconds,
+                  load=(load0, os.getloadavg()[0]))
+    out = Path(out) if out else HERE / ("RESULTS-quick.md" if quick else "RESULTS.md")
+    out.write_text(text, encoding="utf-8")
+    log(f"wrote {out}")
+    return text
+
+
+def _describe(job: dict) -> str:
+    p = job["params"]
+    if job["kind"] == "scan":
+        return f"{p['semiring']}, T = {p['T']}"
+    if job["kind"] == "lm":
+        return f"{p['kind']}, vocabulary {p['vocab']:,}"
+    if job["kind"] == "stream":
+        return f"{p['length']:,} tokens"
+    return p.get("name") or p.get("cell") or job["kind"]
+
+
+def _names(job: dict) -> dict:
+    """The identifying fields a report row of this job carries (for rows that failed)."""
+    p = job["params"]
+    if job["kind"] == "cell":
+        return {"cell": p["name"]}
+    if job["kind"] == "lm":
+        return {"model": p["kind"], "vocab": p["vocab"]}
+    if job["kind"] == "ngrams":
+        return {"cell": p["cell"]}
+    return {}
+
+
+def _memory(cells, s, speed_rows, budget_gb, quick, run) -> list[dict]:
+    """Peak memory of one length-T training step per cell, each in a child of its own."""
+    B, T = s["mem_batch"], s["mem_length"]
+    by = {r["cell"]: r for r in speed_rows if "error" not in r}
+    names = ["torch.nn.LSTM", *cells] if not quick else ["torch.nn.LSTM", *[c for c in CHECKPOINTED if c in cells][:1]]
+    plan = [(n, None) for n in names] + [(c, s["chunk"]) for c in CHECKPOINTED if c in cells][: 1 if quick else 2]
+    scale = (B * T) / (s["batch"] * s["length"])
+    rows = []
+    for name, chunk in plan:
+        r = by.get(name)
+        if r is not None and not quick:       # extrapolate the length-35 run before committing to T
+            est_gb, est_s = r["peak_mb"] * scale / 1024, B * T / r["tokens_per_s"] * (2 if chunk else 1)
+            if chunk is None and (est_gb > budget_gb or est_s > 300):
+                rows.append({"cell": name, "skipped": f"not run: the length-{s['length']} run extrapolates to "
+                             f"{est_gb:.1f} GB and {est_s:.0f} s (budget {budget_gb:.1f} GB, 300 s)",
+                             "estimate_mb": est_gb * 1024})
+                continue
+        row = run([_cells_job(name, T, s, chunk, batch=B, repeats=1, warmup=0)],
+                  f"memory, length {T}: {name}" + (f" (checkpoint {chunk})" if chunk else ""))[0]
+        if "error" in row:
+            row = {**row, "cell": name + (f" (checkpoint {chunk})" if chunk else "")}
+        rows.append(row)
+    return rows
+
+
+# --- the report ----------------------------------------------------------------------------
+def _status(ok: bool | None) -> str:
+    return "not measured" if ok is None else ("met" if ok else "NOT met")
+
+
+def targets(res: dict) -> list[tuple[str, str, str, str]]:
+    """(measurement, value, target, met / NOT met / not measured) for every target."""
+    rows = []
+    speed = {r["cell"]: r for r in res.get("speed", []) if "error" not in r}
+    long = {r["cell"]: r for r in res.get("long", []) if "error" not in r}
+
+    def ratio(table, name, ref):
+        a, b = table.get(name), table.get(ref)
+        return a["tokens_per_s"] / b["tokens_per_s"] if a and b else None
+
+    def add(label, value, goal, at_least=True, fmt="{:.2f}x"):
+        ok = None if value is None else (value >= goal if at_least else value <= goal)
+        rows.append((label, "-" if value is None else fmt.format(value), f"{'>=' if at_least else '<='} {goal:g}x",
+                     _status(ok)))
+
+    st = res["settings"]
+    if "speed" in res:
+        for name, goal in SPEED_TARGETS.items():
+            add(f"{name} tokens/s / torch.nn.LSTM, length {st['length']}", ratio(speed, name, "torch.nn.LSTM"), goal)
+    if "long" in res:
+        for name, goal in LONG_TARGETS.items():
+            add(f"{name} tokens/s / torch.nn.LSTM, length {st['long']}", ratio(long, name, "torch.nn.LSTM"), goal)
+    if "speed" in res:
+        for name, ref in OWN_TARGETS.items():
+            add(f"{name} (rnnlens cell) tokens/s / {ref}", ratio(speed, name, ref), OWN_TARGET)
+    if "urn" in res:
+        u, lstm = res["urn"], speed.get("torch.nn.LSTM")
+        value = u["urn"]["tokens_per_s"] / lstm["tokens_per_s"] if "error" not in u and lstm else None
+        add(f"URN ({st['urn']['hidden']} units) tokens/s / torch.nn.LSTM (hidden {st['size']})", value, URN_TARGET)
+    if "lm" in res:
+        v = max(st["vocabs"])
+        lm = {r["model"]: r for r in res["lm"] if "error" not in r and r.get("vocab") == v}
+        value = (lm["rm"]["tokens_per_s"] / lm["torch.nn.LSTM"]["tokens_per_s"]
+                 if "rm" in lm and "torch.nn.LSTM" in lm else None)
+        add(f"RM(+tM-g) LM step / torch.nn.LSTM LM (hidden {st['lm']['hidden']}, vocabulary {v:,})", value, RM_TARGET)
+    if "memory" in res:
+        mem = {r["cell"]: r for r in res["memory"] if "error" not in r}
+        ref = mem.get("torch.nn.LSTM", {}).get("peak_mb")
+        for r in res["memory"]:
+            if r["cell"] == "torch.nn.LSTM":
+                continue
+            label = f"{r['cell']} peak memory / torch.nn.LSTM, length {st['mem_length']}"
+            if "skipped" in r and ref:
+                rows.append((label, f"~{r['estimate_mb'] / ref:.0f}x (estimate)", f"<= {MEMORY_TARGET:g}x",
+                             "NOT met (not run)"))
+                continue
+            value = r["peak_mb"] / ref if "peak_mb" in r and ref else None
+            add(label, value, MEMORY_TARGET, at_least=False)
+    for r in res.get("ngrams", []):
+        if "error" in r:
+            continue
+        add(f"n-gram scores, {r['cell']}: reference time / all-scores time (benchmarks/ngrams.py)",
+            r["ref"] / r["all"], 1.0)
+        add(f"n-gram scores, {r['cell']}: reference time / last-token time (benchmarks/ngrams.py)",
+            r["ref"] / r["last"], 20.0, fmt="{:.0f}x")
+    return rows
+
+
+def report(res: dict, quick: bool, device: str, threads: int, started: str, seconds: float,
+           load: tuple[float, float]) -> str:
+    import torch
+
+    from . import cells as cells_mod
+    from . import lm as lm_mod
+    from . import scan as scan_mod
+
+    st = res["settings"]
+    busy = load[0] > 0.5 or load[1] > threads + 0.5
+    machine = f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs, {_mem_total_gb():.0f} GB memory"
+    cpu = cpu_model() or platform.processor()
+    dev = device + (f" ({torch.cuda.get_device_name(torch.device(device))})" if device.startswith("cuda") else "")
+    tgt = targets(res)
+    met = sum(r[3] == "met" for r in tgt)
+    lines = [
+        "# rnnlens benchmark suite" + (" (quick: smoke sizes, the ratios mean nothing)" if quick else ""),
+        "",
+        "Written by `python -m benchmarks` (or `rnnlens bench --all`); see benchmarks/README.md. One run on",
+        "one machine: compare the ratios (each against a reference measured in the same run), not the",
+        "absolute numbers.",
+        "",
+        f"- date: {started} (took {seconds:.0f} s)" + ("; mode: --quick" if quick else ""),
+        f"- machine: {machine}" + (f"; CPU: {cpu}" if cpu else ""),
+        f"- python {platform.python_version()}, torch {torch.__version__}, torch threads {threads}, device {dev}",
+        f"- 1-minute load average: {load[0]:.2f} before, {load[1]:.2f} after the run ({os.cpu_count()} CPUs; "
+        f"the benchmark itself adds about {threads})"
+        + (" -- WARNING: other work was running; the numbers are not trustworthy" if busy else ""),
+        "",
+        "## Targets (issue 9)",
+        "",
+        "| measurement | value | target | result |",
+        "|---|---|---|---|",
+        *[f"| {a} | {b} | {c} | {d} |" for a, b, c, d in tgt],
+        "",
+        f"{met} of {len(tgt)} targets met.",
+        "",
+    ]
+    if "speed" in res:
+        lstm = next((r["tokens_per_s"] for r in res["speed"] if r.get("cell") == "torch.nn.LSTM" and "error" not in r), None)
+        lines += [f"## Training speed, length {st['length']}", "",
+                  f"benchmarks/cells.py: forward + backward of each cell alone on x [{st['batch']}, {st['length']}, "
+                  f"{st['size']}] float32, hidden {st['size']}, median of {st['repeats']} after {st['warmup']} "
+                  "warm-up passes, each cell in its own process; peak MB = peak RSS growth (CUDA: the allocator's).",
+                  "", cells_mod.table(res["speed"], lstm), ""]
+    if "long" in res:
+        lstm = next((r["tokens_per_s"] for r in res["long"] if r.get("cell") == "torch.nn.LSTM" and "error" not in r), None)
+        lines += [f"## Training speed, length {st['long']} (the RRNN cells)", "",
+                  cells_mod.table(res["long"], lstm), ""]
+    if "urn" in res:
+        u = res["urn"]
+        lines += [f"## URN ({st['urn']['hidden']} units)", ""]
+        if "error" in u:
+            lines += [f"failed: {u['error']}", ""]
+        else:
+            lines += [f"benchmarks/urn.py `speed`: embedding -> URN -> linear -> cross-entropy -> backward on "
+                      f"{u['batch']} Dyck strings x {u['length']} positions ({u['distinct']} distinct words: one "
+                      "exponential each), dropout off; median of "
+                      f"{st['urn']['repeats']}.", "",
+                      "| model | tokens/s | min..max |", "|---|---|---|",
+                      f"| URN {u['hidden']} units | {u['urn']['tokens_per_s']:,.0f} | "
+                      f"{u['urn']['min']:,.0f}..{u['urn']['max']:,.0f} |",
+                      f"| torch.nn.LSTM {u['hidden']} units (cell alone) | {u['lstm_same_width']['tokens_per_s']:,.0f} | "
+                      f"{u['lstm_same_width']['min']:,.0f}..{u['lstm_same_width']['max']:,.0f} |", "",
+                      f"URN / torch.nn.LSTM of its width: {u['urn']['tokens_per_s'] / u['lstm_same_width']['tokens_per_s']:.2f}x "
+                      f"(the target row compares it with torch.nn.LSTM at hidden {st['size']}, the table's setting).", ""]
+    if "lm" in res:
+        lines += ["## RM(+tM-g) against an LSTM language model", "",
+                  f"benchmarks/lm.py: one training step (forward, loss, backward, SGD) of a sentence-level LM, "
+                  f"batch {st['lm']['batch']} x {st['lm']['length']} tokens, hidden = embedding = {st['lm']['hidden']}, "
+                  f"full softmax; median of {st['lm']['repeats']}, each model in its own process.", ""]
+        for v in st["vocabs"]:
+            lines += [f"Vocabulary {v:,}:", "", lm_mod.table([r for r in res["lm"] if r.get("vocab") == v]), ""]
+    if "memory" in res:
+        mem = res["memory"]
+        ref = next((r["peak_mb"] for r in mem if r.get("cell") == "torch.nn.LSTM" and "peak_mb" in r), None)
+        lines += [f"## Peak memory of a length-{st['mem_length']} training step", "",
+                  f"One forward + backward of x [{st['mem_batch']}, {st['mem_length']}, {st['size']}] float32 "
+                  f"(hidden {st['size']}), each cell in its own process: the growth of the peak RSS over the pass "
+                  "(CUDA: the allocator's peak). \"(checkpoint L)\": the same cell through "
+                  "model.checkpoint_chunk = L (rnnlens.encoder.run_cell).", "",
+                  "| cell | peak MB | x torch.nn.LSTM | tokens/s |", "|---|---|---|---|"]
+        for r in mem:
+            if "error" in r:
+                lines.append(f"| {r['cell']} | failed: {r['error']} | | |")
+            elif "skipped" in r:
+                lines.append(f"| {r['cell']} | {r['skipped']} | | |")
+            else:
+                x = f"{r['peak_mb'] / ref:.2f}x" if ref else "n/a"
+                lines.append(f"| {r['cell']} | {r['peak_mb']:,.0f} | {x} | {r['tokens_per_s']:,.0f} |")
+        lines.append("")
+    if "ngrams" in res:
+        g = st["ngrams"]
+        lines += ["## N-gram decomposition against the batched reference", "",
+                  f"benchmarks/ngrams.py: one document of {g['length']} tokens, hidden {g['hidden']}, best of "
+                  f"{g['repeats']} runs (seconds).", "",
+                  "| cell | reference s | all scores s | ref / all | last token s | ref / last | top-20 (n<=8) s | max diff |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in res["ngrams"]:
+            if "error" in r:
+                lines.append(f"| failed: {r['error']} | | | | | | | |")
+                continue
+            lines.append(f"| {r['cell']} | {r['ref']:.3f} | {r['all']:.3f} | {r['ref'] / r['all']:.2f}x | "
+                         f"{r['last']:.4f} | {r['ref'] / r['last']:.0f}x | {r['top']:.3f} | "
+                         f"{max(r['max_diff_all'], r['max_diff_last']):.1e} |")
+        lines.append("")
+    if "stream" in res:
+        lines += ["## Explaining long documents: streamed top-k n-grams", "",
+                  "benchmarks/ngrams.py `stream`: the 20 n-grams (n <= 8) with the largest scores of one "
+                  "random document through the GRU's linear view, float32, each length in its own process; "
+                  "peak MB = peak RSS growth over building the view and the search.", "",
+                  "| tokens | hidden | seconds | peak MB |", "|---|---|---|---|"]
+        for r in res["stream"]:
+            if "error" in r:
+                lines.append(f"| failed: {r['error']} | | | |")
+            else:
+                lines.append(f"| {r['length']:,} | {r['hidden']} | {r['seconds']:.2f} | {r['peak_mb']:.1f} |")
+        lines += ["", "The search keeps [max_n, S] n-gram vectors and a running top-k; what grows with the "
+                  "length is the view's own [T, ...] tensors (linear in T), no T x T table.", ""]
+    if "scan" in res:
+        ok = [r for r in res["scan"] if "error" not in r]
+        lines += ["## Elementwise scan: chunked fast path against its loop reference", "",
+                  f"benchmarks/scan.py: f, u [{st['scan']['batch']}, T, {st['scan']['size']}], forward + backward "
+                  f"and forward alone, median of {st['repeats']}; ref/fast > 1: the fast path is faster.", "",
+                  scan_mod.table(ok) if ok else "", *[f"failed: {r['error']}" for r in res["scan"] if "error" in r], ""]
+    return "\n".join(lines)
+
+
+def _mem_total_gb() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 0.0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="smoke sizes, the targeted cells only (well under a minute)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads in every measurement (default 2; --quick: 1)")
+    p.add_argument("--cells", nargs="*", help="cells to time (default: every registered cell)")
+    p.add_argument("--parts", nargs="*", help="speed long urn lm memory ngrams stream scan (default: all)")
+    p.add_argument("--memory-budget-gb", type=float, default=None,
+                   help="skip length-4096 memory runs estimated above this (default: half the available memory)")
+    p.add_argument("--out", help="markdown file to write (default benchmarks/RESULTS.md, --quick: RESULTS-quick.md)")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker), args.threads or 2, args.device)))
+        return 0
+    try:
+        text = run_suite(args.out, quick=args.quick, device=args.device, threads=args.threads, cells=args.cells,
+                         parts=args.parts, memory_budget_gb=args.memory_budget_gb)
+    except ValueError as e:
+        p.error(str(e))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
