@@ -488,3 +488,21 @@ def test_argmax_predictions_through_an_adaptive_softmax():
     assert len(rep.samples) == 16
     for r in rep.samples:
         assert r.predicted == vocab.itos[int(logp[r.sentence, r.position].argmax())]
+
+
+def test_report_of_a_memory_model(rm_models, tmp_path, capsys):
+    """`rnnlens report` on an RM language model: the LSTM under the block is decomposed, the
+    architecture names the block, split sizes count tokens (one example per sentence)."""
+    import json
+
+    from test_cli import run
+
+    root, rm, _ = rm_models
+    out = tmp_path / "rep"
+    code, _, err = run(capsys, "report", "--model", rm, "--out", out, "--samples", "2", "--quiet")
+    assert code == 0, err
+    d = json.loads((out / "report.json").read_text())
+    assert d["samples"] and "explained" in d["samples"][0]
+    sizes = d["model"]["split_sizes"]
+    assert sizes["test"] > 50                       # tokens, not the first sentence's length
+    assert "memory block: RM(+tM-g) over 4 words" in (out / "report.html").read_text()

@@ -408,3 +408,22 @@ def test_ptb_sentence_level_predicts_every_stream_token_once(shared_data):
     test = batches(cfg, "lm", data.splits["test"], vocab, train=False)
     assert isinstance(test, SentenceIterator)
     assert sum(int(b.mask.sum()) for b in test) == 82_430     # the stream's tokens, <eos> included
+
+
+@pytest.mark.parametrize("memory", ["rm", "rmr"])
+def test_ngram_attribution_adds_up_through_the_block(memory):
+    """The LSTM under the block is decomposed, the block (and RMR's upper LSTM) read through
+    the gradient: output = offset + sum of n-gram contributions + remainder."""
+    from rnnlens.analysis.attribution import NGramAttribution
+    from rnnlens.viz.model_report import _AtPosition
+
+    torch.manual_seed(0)
+    model = RNNModel(tiny_cfg(memory), len(VOCAB), "lm", sentence_level=True).double().eval()
+    batch = sentence_batch(VOCAB, sentences(3, seed=4))
+    t = int(batch.mask.sum(1).min()) - 1
+    a = NGramAttribution(_AtPosition(model, t), vocab=VOCAB).attribute(batch, target=2)
+    want = model(batch)[:, t, 2]
+    rebuilt = a.offset + a.total + a.remainder
+    print(memory, (rebuilt - want).abs().max().item(), a.remainder.abs().max().item())
+    assert torch.allclose(a.output, want, atol=1e-12) and torch.allclose(rebuilt, want, atol=1e-10)
+    assert a.total.abs().max() > 1e-6                   # the LSTM's n-grams carry part of it

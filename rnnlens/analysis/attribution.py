@@ -275,9 +275,13 @@ class NGramAttribution:
     def __init__(self, model: nn.Module, rnn: nn.Module | None = None, vocab=None):
         self.model = model
         self.vocab = vocab
-        self.native = hasattr(model, "encoder") and hasattr(model.encoder, "cells")
+        # A memory network's recurrent layers sit under its block (encoder.lower): they are
+        # decomposed, and the block above is read through the gradient like any upper layer.
+        enc = getattr(model, "encoder", None)
+        self._first = getattr(enc, "lower", enc)
+        self.native = self._first is not None and hasattr(self._first, "cells")
         if self.native:
-            if not hasattr(model.encoder, "directions"):
+            if not hasattr(self._first, "directions"):
                 raise RnnlensError("NGramAttribution explains recurrent encoders, not the transformer baseline")
             self.rnn = None
         elif rnn is not None:
@@ -304,7 +308,7 @@ class NGramAttribution:
                 tokens = tokens[None]
             mask = tokens.ne(0)
             batch = Batch(tokens, mask, mask.sum(1))
-        enc = model.encoder
+        enc = self._first
         lengths = batch.mask.sum(1)
         hooks = []
         for d in range(enc.directions):

@@ -339,6 +339,10 @@ def _model_card(model_dir, model, cfg, meta, vocab, data, data_note, rows, test)
         arch = f"Transformer baseline, {m.layers} layer(s), {m.heads} heads"
     else:
         arch = (f"{m.cell} cell, {m.layers} layer(s), " + ("bidirectional" if m.bidirectional else "one direction"))
+        if m.memory:
+            arch += (f", then a memory block: {m.memory.upper()}{'(+tM' if m.memory_temporal else '(-tM'}-"
+                     f"{m.memory_composition[0]}) over {m.memory_size} words"
+                     + (" on both sides" if m.memory_bidirectional else ""))
     head = {"classify": "classifier", "regress": "regressor", "relation": "relation classifier",
             "tag": "BiRNN-CRF tagger" if m.bidirectional else "CRF tagger", "lm": "language model"}.get(task, task)
     desc = f"A {task} model ({head}): {arch}, embedding {m.embedding_dim}, hidden {m.hidden_size}"
@@ -351,7 +355,8 @@ def _model_card(model_dir, model, cfg, meta, vocab, data, data_note, rows, test)
     dev = {k[4:]: v for k, v in (best_row or {}).items() if k.startswith("dev_")}
     tst = {k[5:]: v for k, v in (test or {}).items() if k.startswith("test_")}
     labels = meta.get("labels")
-    sizes = {k: len(v) if task != "lm" else len(v[0].tokens) for k, v in data.splits.items()} if data else {}
+    # an LM split is one token stream, or (sentence-level) one example per sentence: count tokens
+    sizes = {k: len(v) if task != "lm" else sum(len(e.tokens) for e in v) for k, v in data.splits.items()} if data else {}
     card = {"model_dir": str(model_dir), "task": task, "cell": m.cell, "layers": m.layers,
             "bidirectional": m.bidirectional, "embedding_dim": m.embedding_dim, "hidden_size": m.hidden_size,
             "parameters": n_params, "vocab_size": len(vocab), "labels": labels, "corpus": cfg.data.corpus,
