@@ -13,3 +13,12 @@ def cpu_model() -> str:
     except OSError:
         pass
     return ""
+
+
+def emit(lines: list[str], out=None) -> str:
+    """Print a report's lines and, when out (a path) is given, write them there too."""
+    text = "\n".join(lines)
+    print(text)
+    if out is not None:
+        Path(out).write_text(text + "\n", encoding="utf-8")
+    return text

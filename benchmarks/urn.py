@@ -34,6 +34,8 @@ from torch import nn
 
 from rnnlens.cells.unitary import URN, triangle_size
 
+from .common import emit
+
 PAIRS = "()[]{}<>+-"
 
 
@@ -166,10 +168,7 @@ def main(argv=None) -> int:
     if args.truncation is not None:
         dense = med["per-position, dense expm"] / med["per-position"]
         lines.append(f"per-position: dense / low-rank exponential = {dense:.1f}x")
-    text = "\n".join(lines)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    emit(lines, args.out)
     return 0
 
 

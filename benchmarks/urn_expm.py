@@ -26,7 +26,7 @@ import torch
 
 from rnnlens.cells.unitary import URN, skew_ref, triangle_size
 
-from .common import cpu_model
+from .common import cpu_model, emit
 
 
 def one_pass(cell: URN, v: torch.Tensor, up: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
@@ -82,10 +82,7 @@ def main(argv=None) -> int:
         lines.append(f"| {m} | {best[m]:.3f} | {med[m]:.3f} | {min(t):.3f}..{max(t):.3f} |")
     lines += ["", (f"dense / low-rank = {best['dense'] / best['low-rank']:.1f}x (best), "
                    f"{med['dense'] / med['low-rank']:.1f}x (median)")]
-    text = "\n".join(lines)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    emit(lines, args.out)
     return 0
 
 
