@@ -17,7 +17,10 @@ With `--truncation k` the cell is a k-TURN (embedding = its k(n-1) - k(k-1)/2 fr
 entries) whose exponentials go through the 4k x 4k problem (`truncated_matrix_exp`, where
 4k < n), and a third row runs the per-position pass with the dense n x n exponential
 (`cell.low_rank_expm = False`, the path before): per-position is what dropout on the word
-vectors costs, every (sequence, word) pair having its own exponential.
+vectors costs, every (sequence, word) pair having its own exponential. Two more rows train
+with that dropout (0.05, the configs' setting): the scan applying Q = I + U phi V^T from its
+factors (`lowrank_apply`, no n x n matrix) against the scan with each Q formed (by
+`truncated_matrix_exp`, `cell.low_rank_scan = False`: the path before).
 """
 from __future__ import annotations
 
@@ -139,11 +142,14 @@ def main(argv=None) -> int:
     tokens = batch(args.batch)
     distinct = int(torch.unique(tokens[:, :-1]).numel())
     times = {}
-    modes = [("per-word", True, True), ("per-position", False, True)]
+    modes = [("per-word", True, True, True, 0.0), ("per-position", False, True, True, 0.0)]
     if args.truncation is not None:
-        modes.append(("per-position, dense expm", False, False))
-    for mode, unique, low_rank in modes:
-        model.cell.unique_rows, model.cell.low_rank_expm = unique, low_rank
+        modes += [("per-position, dense expm", False, False, False, 0.0),
+                  ("dropout 0.05 on word vectors, low-rank scan", True, True, True, 0.05),
+                  ("dropout 0.05 on word vectors, dense Q", True, True, False, 0.05)]
+    for mode, unique, low_rank, scan, dropout in modes:
+        model.cell.unique_rows, model.cell.low_rank_expm, model.cell.low_rank_scan = unique, low_rank, scan
+        model.cell.recurrent_dropout = dropout
         one_pass(model, tokens)                                       # warm-up
         times[mode] = [one_pass(model, tokens) for _ in range(args.repeats)]
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -168,6 +174,10 @@ def main(argv=None) -> int:
     if args.truncation is not None:
         dense = med["per-position, dense expm"] / med["per-position"]
         lines.append(f"per-position: dense / low-rank exponential = {dense:.1f}x")
+        drop = (med["dropout 0.05 on word vectors, dense Q"]
+                / med["dropout 0.05 on word vectors, low-rank scan"])
+        lines.append(f"training with dropout on the word vectors (an exponential per sequence and word): "
+                     f"dense Q / low-rank scan = {drop:.1f}x")
     emit(lines, args.out)
     return 0
 

@@ -1,12 +1,15 @@
 """The truncated URN's exponential through a 4k x 4k problem (cells/unitary.py,
 truncated_matrix_exp) against the dense reference matrix_exp(skew_ref(...)): values,
-orthogonality and gradients, and the URN cell's outputs and gradients with it in place."""
+orthogonality and gradients, and the URN cell's outputs and gradients with it in place;
+phi_matrix (scaling and squaring of a Taylor polynomial) against the block exponential;
+the scan's low-rank application of Q (lowrank_apply) against Q p."""
 import pytest
 import torch
 
 from conftest import max_diff
 from rnnlens.cells import unitary
-from rnnlens.cells.unitary import URN, matrix_exp, skew_ref, triangle_size, truncated_matrix_exp
+from rnnlens.cells.unitary import (URN, lowrank_apply, matrix_exp, phi_matrix, phi_matrix_ref, skew_ref,
+                                  triangle_size, truncated_expm_factor, truncated_matrix_exp)
 
 
 def rows_of_T(v, n, k):
@@ -81,8 +84,8 @@ def test_truncated_urn_fast_path_equals_the_reference(n, k, proj, dtype, tol, mo
     step_loop (matrix_exp of skew_ref at every step): outputs, final states, gradients
     w.r.t. x and the learned map."""
     calls = []
-    real = unitary.truncated_matrix_exp
-    monkeypatch.setattr(unitary, "truncated_matrix_exp", lambda R: (calls.append(R.shape), real(R))[1])
+    real = unitary.truncated_expm_factor
+    monkeypatch.setattr(unitary, "truncated_expm_factor", lambda R: (calls.append(R.shape), real(R))[1])
     torch.manual_seed(0)
     F = triangle_size(n, k)
     cell = URN(F + 3 if proj else F, n, truncation=k).to(dtype)
@@ -123,8 +126,8 @@ def test_embedding_dropout_runs_one_fast_exponential_per_sequence_and_word(monke
     """Training with dropout on the word vectors (the default target): forward == step_loop
     on the masked vectors (state mask fixed to ones), values and gradients."""
     calls = []
-    real = unitary.truncated_matrix_exp
-    monkeypatch.setattr(unitary, "truncated_matrix_exp", lambda R: (calls.append(R.shape[0]), real(R))[1])
+    real = unitary.truncated_expm_factor
+    monkeypatch.setattr(unitary, "truncated_expm_factor", lambda R: (calls.append(R.shape[0]), real(R))[1])
     n, k = 50, 3
     cell = URN(triangle_size(n, k), n, truncation=k).double().train()
     cell.recurrent_dropout = 0.3
@@ -145,9 +148,64 @@ def test_embedding_dropout_runs_one_fast_exponential_per_sequence_and_word(monke
 
 def test_dense_path_where_the_truncation_does_not_pay(monkeypatch):
     """4k >= n (or low_rank_expm off): matrix_exp of the dense S, as before."""
-    monkeypatch.setattr(unitary, "truncated_matrix_exp", lambda R: pytest.fail("fast path used"))
+    monkeypatch.setattr(unitary, "truncated_expm_factor", lambda R: pytest.fail("fast path used"))
     for n, k in ((8, 2), (12, 3), (5, 5), (6, None), (50, 3)):
         cell = URN(triangle_size(n, k), n, truncation=k).double()
         cell.low_rank_expm = n != 50
         x = torch.randn(4, triangle_size(n, k), dtype=torch.float64)
         assert max_diff(cell._expm(x), matrix_exp(skew_ref(x, n, k))) == 0
+
+
+@pytest.mark.parametrize("m", [2, 6, 12])
+def test_phi_matrix_equals_the_block_exponential_with_gradients(m):
+    """Norms from 0 to 40 (no squaring up to 0.5, then up to 7 squarings): values and
+    gradients of phi_matrix against phi_matrix_ref in float64, and float32 in, float32 out."""
+    g = torch.Generator().manual_seed(m)
+    X = torch.randn(7, m, m, generator=g, dtype=torch.float64)
+    X = X / torch.linalg.matrix_norm(X, ord=1)[:, None, None]
+    X = (X * torch.tensor([0.0, 1e-3, 0.3, 0.5, 2.0, 9.0, 40.0], dtype=torch.float64)[:, None, None])
+    X.requires_grad_(True)
+    P, ref = phi_matrix(X), phi_matrix_ref(X)
+    assert relative(P, ref) < 1e-12
+    w = torch.randn(7, m, m, generator=g, dtype=torch.float64)
+    gP, = torch.autograd.grad((P * w).sum(), X)
+    gR, = torch.autograd.grad((ref * w).sum(), X)
+    assert relative(gP, gR) < 1e-10
+    assert max_diff(phi_matrix(X[:1]), ref[:1]) < 1e-12                  # a batch of one
+    assert phi_matrix(X.detach().float()).dtype == torch.float32
+    assert phi_matrix(X[:0]).shape == (0, m, m)
+    assert torch.equal(phi_matrix(torch.zeros(1, m, m, dtype=torch.float64))[0],
+                       torch.eye(m, dtype=torch.float64))                 # phi(0) = I
+
+
+@pytest.mark.parametrize("n,k", [(50, 3), (9, 2), (5, 1)])
+def test_lowrank_apply_equals_Q_times_p_with_gradients(n, k):
+    """lowrank_apply(R, phi, p) == truncated_matrix_exp(R) p == expm(skew) p: values and
+    gradients w.r.t. R and p."""
+    v = triangles(n, k, seed=3)[:12].requires_grad_(True)
+    g = torch.Generator().manual_seed(4)
+    p = torch.randn(v.shape[0], n, generator=g, dtype=torch.float64, requires_grad=True)
+    R = rows_of_T(v, n, k)
+    out = lowrank_apply(R, truncated_expm_factor(R), p)
+    ref = torch.einsum("bij,bj->bi", matrix_exp(skew_ref(v, n, k)), p)
+    assert max_diff(out, ref) < 1e-12
+    w = torch.randn(v.shape[0], n, generator=g, dtype=torch.float64)
+    for a, b in zip(torch.autograd.grad((out * w).sum(), (v, p)), torch.autograd.grad((ref * w).sum(), (v, p))):
+        assert max_diff(a, b) < 1e-11
+
+
+def test_the_scan_never_forms_n_by_n_matrices_on_the_low_rank_path(monkeypatch):
+    """Training with dropout on the word vectors uses the factors only (no
+    truncated_matrix_exp, no matrix_exp of size n), matching the dense path in float32."""
+    n, k = 50, 3
+    torch.manual_seed(0)
+    cell = URN(triangle_size(n, k), n, truncation=k).train()
+    x = (torch.rand(4, 7, cell.input_size) * 2 - 1) * 0.3
+    dense, _ = (cell.__setattr__("low_rank_expm", False), cell(x))[1]
+    cell.low_rank_expm = True
+    monkeypatch.setattr(unitary, "truncated_matrix_exp", lambda R: pytest.fail("formed Q"))
+    sizes = []
+    real = unitary.matrix_exp
+    monkeypatch.setattr(unitary, "matrix_exp", lambda S: (sizes.append(S.shape[-1]), real(S))[1])
+    out, _ = cell(x)
+    assert max_diff(out, dense) < 1e-5 and max(sizes, default=0) < n
