@@ -642,6 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--batch-size", type=int, default=64)
     cp.add_argument("--json", action="store_true", help="machine-readable output, every question's choice")
     cp.set_defaults(func=cmd_complete)
+    from .repro.command import add_parser as add_repro_parser
+    add_repro_parser(sub)
     return p
 
 

@@ -1,0 +1,124 @@
+"""`rnnlens repro`: the command behind the reproduction tables."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from ..errors import RnnlensError
+from . import default_configs_dir, get_table, load_tables
+from .run import BUDGETS, Context, missing_data, run_table
+
+
+def timings() -> dict:
+    """Measured seconds per table and budget on a 2-core CPU (timings.json, package data)."""
+    try:
+        return json.loads((resources.files(__package__) / "timings.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _minutes(s) -> str:
+    if s is None:
+        return "not measured"
+    return f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"
+
+
+def list_text(data_dir: Path | None) -> str:
+    tables, times = load_tables(), timings()
+    out = [f"reproduction tables (data folder: {data_dir or 'none given: --data-dir'})", ""]
+    for t in tables.values():
+        ctx = Context(out=Path("."), data_dir=data_dir)
+        gone = sorted({d for r in t.rows for d in missing_data(ctx, r)})
+        absent = sorted({m for r in t.rows for m in r.extra.get("missing") or []})
+        runnable = sum(1 for r in t.rows if (r.config or r.extra.get("base_config") or t.kind != "train")
+                       and not r.extra.get("missing") and not missing_data(ctx, r))
+        out.append(f"{t.id}  ({t.paper}, {t.source}; {len(t.rows)} rows, {runnable} runnable here)")
+        out.append(f"    {t.title}")
+        out.append(f"    data: {', '.join(t.needs) or 'none (generated or built in)'}"
+                   + (f"; not under the data folder: {', '.join(gone)}" if gone else ""))
+        for m in absent:
+            out.append(f"    missing everywhere: {m}")
+        tt = times.get(t.id, {})
+        out.append(f"    time on a 2-core CPU: quick {_minutes(tt.get('quick'))}, full {_minutes(tt.get('full'))}")
+    return "\n".join(out)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def cmd_repro(args) -> int:
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    if data_dir is not None and not data_dir.is_dir():
+        raise RnnlensError(f"--data-dir {data_dir} is not a folder")
+    if args.list:
+        print(list_text(data_dir))
+        return 0
+    if not args.tables:
+        raise RnnlensError("name a table (or 'all'); `rnnlens repro --list` shows them")
+    if not args.out:
+        raise RnnlensError("--out DIR is required")
+    if args.budget not in BUDGETS:
+        raise RnnlensError(f"--budget must be one of {', '.join(BUDGETS)}")
+    if args.seeds < 1:
+        raise RnnlensError("--seeds must be >= 1")
+    names = list(load_tables()) if args.tables == ["all"] else args.tables
+    tables = [get_table(n) for n in names]          # every name checked before any work
+    if args.rows:
+        for t in tables:
+            t.rows = [r for r in t.rows if args.rows.lower() in r.label.lower()]
+        if not any(t.rows for t in tables):
+            raise RnnlensError(f"no row label contains {args.rows!r}")
+    configs = Path(args.configs) if args.configs else default_configs_dir()
+    if configs is not None and not configs.is_dir():
+        raise RnnlensError(f"--configs {configs} is not a folder")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise RnnlensError(f"output path {out} exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RnnlensError(f"cannot create output folder {out}: {e.strerror}") from None
+    ctx = Context(out=out, budget=args.budget, seeds=args.seeds, seed0=args.seed, data_dir=data_dir,
+                  configs=configs, threads=args.threads, device=args.device, progress=not args.quiet,
+                  tiny=args.tiny)
+    from .render import markdown, to_html, to_json
+
+    for t in tables:
+        results = run_table(ctx, t)
+        md = markdown(t, results, ctx)
+        _write_atomic(out / f"{t.id}.json", to_json(t, results, ctx))
+        _write_atomic(out / f"{t.id}.html", to_html(t, results, ctx))
+        _write_atomic(out / f"{t.id}.md", md)
+        print(md)
+    print(f"wrote {out}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    rp = sub.add_parser("repro", help="reproduce a table of the papers: the paper's numbers beside ours, as "
+                        "markdown and HTML (`--list` shows the tables)")
+    rp.add_argument("tables", nargs="*", metavar="TABLE", help="table ids (see --list), or 'all'")
+    rp.add_argument("--list", action="store_true", help="list the tables, their data needs and times")
+    rp.add_argument("--budget", default="quick", help="quick (minutes per run on a CPU) or full (the paper's settings)")
+    rp.add_argument("--seeds", type=int, default=1, help="runs per row (mean and std over them)")
+    rp.add_argument("--seed", type=int, default=0, help="the first seed")
+    rp.add_argument("--out", help="output folder: <table>.md/.html/.json and runs/ (reused across tables)")
+    rp.add_argument("--data-dir", help="folder of the datasets (e.g. ../shared/data)")
+    rp.add_argument("--configs", help="the configs/ folder (default: the checkout's)")
+    rp.add_argument("--threads", type=int, default=None)
+    rp.add_argument("--device", default="cpu")
+    rp.add_argument("--rows", help="only the rows whose label contains this text")
+    rp.add_argument("--tiny", action="store_true", help="every run on a tiny slice for 1 epoch (smoke test)")
+    rp.add_argument("--quiet", action="store_true")
+    rp.set_defaults(func=cmd_repro)

@@ -1,0 +1,258 @@
+"""The analysis kinds of the reproduction tables (registered into run.KINDS on import):
+each trains (or reuses) the row's run, then computes what the table reports from it."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import RnnlensError
+from . import Row, Table
+from .run import Context, RowResult, budget_text, data_used_text, kind, train_or_reuse
+
+
+def _runs(ctx: Context, row: Row, fn):
+    """Train or reuse the row's run per seed, fn(run) -> value; a RowResult."""
+    res = RowResult(row)
+    for s in range(ctx.seeds):
+        run = train_or_reuse(ctx, row.config or row.extra["base_config"], ctx.seed0 + s, row.extra.get("overrides"))
+        res.values.append(fn(run))
+        res.seconds += run.seconds
+        res.budget = budget_text(run.cfg)
+        res.data_used = data_used_text(run.cfg)
+    return res
+
+
+def _load(run):
+    from ..train.checkpoint import load_checkpoint
+
+    return load_checkpoint(run.path)
+
+
+# --- formal languages -------------------------------------------------------------------
+
+def _errors(by: dict) -> dict:
+    """{count: {n, correct, accuracy, ...}} -> {count: error}, counts in numeric order."""
+    items = sorted(((int(k), v) for k, v in by.items()), key=lambda kv: kv[0])
+    return {str(k): 1.0 - float(v["accuracy"]) for k, v in items if v.get("n")}
+
+
+def no_upward_trend(errors: dict) -> bool:
+    """Does the error not grow with the count? The least-squares slope of error against count
+    (weighted equally per count) is <= 0, or the error stays within 0.01 of flat."""
+    xs = [float(k) for k in errors]
+    ys = list(errors.values())
+    if len(xs) < 2:
+        return True
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return slope <= 0 or slope * (max(xs) - min(xs)) <= 0.01
+
+
+@kind("dyck-by-attractors")
+def dyck_row(ctx: Context, table: Table, row: Row) -> RowResult:
+    """Closing-bracket error by number of attractors from the test record; the majority
+    baseline row is computed from the data, not trained. Checks: the maximum and the trend."""
+    if row.key == "majority_baseline":
+        return _dyck_majority(ctx, row)
+    if row.config is None:
+        return RowResult(row, status="no config", note=row.note)
+    res = _runs(ctx, row, lambda run: _errors(run.test["test_by_attractors"]))
+    tol = row.extra.get("tolerance") or {}
+    if tol.get("no_upward_trend") and res.values:
+        worst = max(max(v.values()) for v in res.values)
+        res.checks.append(("highest error over attractor counts", f"{worst:.3f}",
+                           worst <= tol["max"] if tol.get("max") is not None else None))
+        flat = all(no_upward_trend(v) for v in res.values)
+        res.checks.append(("no upward trend as attractors grow", "none" if flat else "upward", flat))
+    return res
+
+
+def _dyck_majority(ctx: Context, row: Row) -> RowResult:
+    """Always the most frequent closer of the training strings, scored on the test strings
+    of the Dyck data the configs train on (seed 0; tiny: 64 strings each)."""
+    from ..data import formal as F
+    from ..heads.formal import dyck_majority_baseline
+
+    n = 64 if ctx.tiny else None
+    corpus = F.DyckCorpus(seed=0, train_size=n or F.DYCK_TRAIN["size"], train_depth=F.DYCK_TRAIN["max_depth"],
+                          test_size=n or F.DYCK_TEST["size"], test_depth=F.DYCK_TEST["max_depth"])
+    train = [ex.tokens for ex in corpus.split("train")]
+    test = [ex.tokens for ex in corpus.split("test")]
+    base = dyck_majority_baseline(train, test)
+    return RowResult(row, values=[base["error"]], budget=f"{len(train):,} / {len(test):,} strings, no training",
+                     data_used="dyck (generated)", note=f"always {base['label']!r}")
+
+
+@kind("crossserial-by-length")
+def crossserial_row(ctx: Context, table: Table, row: Row) -> RowResult:
+    res = _runs(ctx, row, lambda run: _errors(run.test["test_by_length"]))
+    if res.values:
+        mean = sum(sum(v.values()) / max(len(v), 1) for v in res.values) / len(res.values)
+        res.checks.append(("mean error over lengths", f"{mean:.3f}", None))
+    return res
+
+
+@kind("agreement-by-attractors")
+def agreement_row(ctx: Context, table: Table, row: Row) -> RowResult:
+    """The supervised setup reads test_by_attractors; eval "lm-agreement" runs the
+    language-model test on the row's test set (a path under --data-dir)."""
+    if row.extra.get("eval") != "lm-agreement":
+        return _runs(ctx, row, lambda run: {k: float(v["accuracy"]) for k, v in
+                                            sorted(run.test["test_by_attractors"].items(), key=lambda kv: int(kv[0]))
+                                            if v.get("n")})
+
+    def lm_eval(run):
+        from ..analysis.agreement import agreement_lm_eval
+
+        model, cfg, vocab, meta = _load(run)
+        r = agreement_lm_eval(model, vocab, Path(ctx.data_dir) / row.extra["testset"])
+        out = {"all": float(r["accuracy"])}
+        out.update({k: float(v["accuracy"]) for k, v in sorted(r["by_attractors"].items(), key=lambda kv: int(kv[0]))
+                    if v.get("n") and int(k) >= 0})
+        return out
+
+    return _runs(ctx, row, lm_eval)
+
+
+# --- the unitary analysis -------------------------------------------------------------------
+
+_UNITARY: dict = {}
+
+
+@kind("unitary-table")
+def unitary_row(ctx: Context, table: Table, row: Row) -> RowResult:
+    """Average effect of the row's item (a word, or a matching pair Q(close) Q(open)) in the
+    trained URN; computed once per run for the whole table. Check on pairs: their mean."""
+    from ..analysis.unitary_tables import dyck_pairs, item_tokens, urn_tables
+
+    def effect(run):
+        key = (str(run.path), table.id)
+        if key not in _UNITARY:
+            model, cfg, vocab, meta = _load(run)
+            task = meta.get("task", "classify")
+            chars = [r.label for r in table.rows if r.extra.get("item", "character") != "pair"]
+            items = [(c, item_tokens(c, vocab, task)) for c in chars]
+            pairs = dyck_pairs(vocab) if any(r.extra.get("item") == "pair" for r in table.rows) else None
+            res = urn_tables(model, vocab, items, pairs)
+            _UNITARY[key] = res
+        res = _UNITARY[key]
+        if row.extra.get("item") == "pair":
+            found = [p for p in res.get("pairs") or [] if p["name"].replace(" ", "") == row.label]
+        else:
+            found = [i for i in res["items"] if i["name"] == row.label]
+        if not found:
+            raise RnnlensError(f"{table.id}: no {row.label!r} in the unitary analysis")
+        return float(found[0]["average_effect"])
+
+    res = _runs(ctx, row, effect)
+    limit = (table.tolerance or {}).get("max_pairs_mean_effect")
+    if row.extra.get("item") == "pair" and limit is not None and row.label == _last_pair(table):
+        means = [r.get("pairs_mean_effect") for k, r in _UNITARY.items() if k[1] == table.id]
+        means = [m for m in means if m is not None]
+        if means:
+            m = sum(means) / len(means)
+            res.checks.append(("mean average effect of the matching pairs", f"{m:.3f}", m < limit))
+    return res
+
+
+def _last_pair(table: Table) -> str | None:
+    pairs = [r.label for r in table.rows if r.extra.get("item") == "pair"]
+    return pairs[-1] if pairs else None
+
+
+# --- negation and polarity ------------------------------------------------------------------
+
+@kind("negation")
+def negation_row(ctx: Context, table: Table, row: Row) -> RowResult:
+    """Implicit-ngrams Figure 2: adjectives extracted from the training split, the median
+    n-gram (or context) score of X and "not X" per polarity; check: "not" reverses both."""
+    from ..analysis.negation import (extract_adjectives, load_lexicon, negation_study, sentiment_sides,
+                                     summarize_study)
+    from ..train.run import load_data
+
+    if row.config is None:
+        return RowResult(row, status="no config", note=row.note)
+
+    def medians(run):
+        model, cfg, vocab, meta = _load(run)
+        task = meta.get("task", "classify")
+        sides = sentiment_sides(task, meta["labels"], cfg.data.corpus)
+        cfg.data.max_train_examples = None
+        examples = load_data(cfg).splits["train"]
+        adj = extract_adjectives(examples, sides.is_positive, sides.is_negative, load_lexicon())
+        kind_ = None if row.extra.get("score") in (None, "auto") else (
+            "ngram" if row.extra["score"] == "n-gram" else "context")
+        study = negation_study(model, vocab, adj.positive, adj.negative, forms=["X", "not X"], kind=kind_,
+                               sides=sides)
+        summ = summarize_study(study)
+        out = {}
+        for pol in ("positive", "negative"):
+            for form in ("X", "not X"):
+                s = summ["groups"].get(pol, {}).get(form)
+                out[f"{pol} adjectives: {form} (median)"] = s["median"] if s and s["count"] else None
+        out["_flips"] = summ["findings"]["not_reverses"]
+        out["_counts"] = {"positive": len(adj.positive), "negative": len(adj.negative)}
+        return out
+
+    res = _runs(ctx, row, medians)
+    for v in res.values:
+        flips, counts = v.pop("_flips"), v.pop("_counts")
+        res.note = (f"{counts['positive']} positive / {counts['negative']} negative adjectives "
+                    "(the paper: 73 / 47)")
+        want = row.extra.get("paper_flips") or {}
+        for pol in ("positive", "negative"):
+            got = flips.get(pol)
+            expect = want.get(pol)
+            ok = None if got is None or expect is None else got == expect
+            if (table.tolerance or {}).get("rows") and row.label in table.tolerance["rows"]:
+                ok = got is True
+            res.checks.append((f"'not' reverses the {pol} median (paper: "
+                               f"{'yes' if expect else 'no' if expect is False else 'not said'})",
+                               {True: "yes", False: "no", None: "--"}[got], ok))
+    return res
+
+
+_DEMOS: dict = {}
+
+
+@kind("polarity-table")
+def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
+    """Sequence-level Table 1: `rnnlens demo --cell CELL` per seed (reused from DIR/runs),
+    the mean score of the row's polarity group and form; checks: the flip counts (GRU)."""
+    from ..demo import run_demo
+
+    cell = row.extra.get("model", "GRU").lower()
+    res = RowResult(row)
+    for s in range(ctx.seeds):
+        seed = ctx.seed0 + s
+        path = ctx.out / "runs" / f"demo-{cell}-seed{seed}"
+        summary_path = path / "summary.json"
+        if summary_path.is_file():
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        elif (cell, seed) in _DEMOS:
+            summary = _DEMOS[(cell, seed)]
+        else:
+            ctx.log(f"training the demo {cell} (seed {seed}) -> {path}")
+            summary = run_demo(path, force=True, cell=cell, seed=seed, epochs=1 if ctx.tiny else None,
+                               progress=ctx.progress)
+        _DEMOS[(cell, seed)] = summary
+        group, form = row.extra["group"], row.extra["form"]
+        res.values.append(float(summary["table"][group][form]["mean"]))
+        res.seconds += float(summary.get("seconds", 0.0))
+        res.budget = f"the demo's settings ({'1 epoch' if ctx.tiny else 'its epochs'}), hidden {summary['model']['hidden_size']}"
+        res.data_used = "built-in polarity corpus"
+        tol = table.tolerance or {}
+        last = [r for r in table.rows if r.extra.get("model") == row.extra.get("model")][-1]
+        if row is last and row.extra.get("model") == "GRU" and "negation_flips_min" in tol:
+            res.check_prefix = "GRU demo"
+            n = len(summary["adjectives"])
+            res.checks.append((f"negation flips the token's sign (of {n} adjectives)", str(summary["negation_flips"]),
+                               summary["negation_flips"] >= tol["negation_flips_min"]))
+            res.checks.append((f"double negation flips it back (of {n})", str(summary["double_negation_restores"]),
+                               summary["double_negation_restores"] >= tol["double_negation_restores_min"]))
+    return res
+
+
+@kind("completion")
+def completion_row(ctx: Context, table: Table, row: Row) -> RowResult:
+    return RowResult(row, status="no config", note=row.note or "no language model config for MSR")

@@ -1,0 +1,301 @@
+"""Run one reproduction table: train (or reuse) each row's runs, compute the numbers, and
+write DIR/<id>.md, .html and .json (see the package docstring).
+
+Runs live in DIR/runs/<config stem>-<budget>-seed<k>/ (a normal model directory) and are
+reused when their test record is there, so tables sharing a config (Table 3 and the
+negation figure share the SST-2 models) train it once, and a killed `repro` picks up at
+the run it was in. Each run's wall time is kept in its repro.json; `--list` reports the
+times in timings.json (package data), measured on a 2-core CPU.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import RnnlensError
+from . import Row, Table
+
+BUDGETS = ("quick", "full")
+
+
+@dataclass
+class Context:
+    out: Path
+    budget: str = "quick"
+    seeds: int = 1
+    seed0: int = 0
+    data_dir: Path | None = None
+    configs: Path | None = None
+    threads: int | None = None
+    device: str = "cpu"
+    progress: bool = True
+    tiny: bool = False               # the smoke test: caps every run to a few examples, 1 epoch
+
+    def log(self, msg: str) -> None:
+        if self.progress:
+            print(f"repro: {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Run:
+    """One trained model of a row: its test record, config and directory."""
+    test: dict
+    cfg: object
+    path: Path
+    seconds: float
+
+
+@dataclass
+class RowResult:
+    row: Row
+    status: str = "ok"               # ok | missing data | no config | failed
+    values: list = field(default_factory=list)   # per seed: a number or a dict of numbers
+    budget: str = ""
+    data_used: str = ""
+    note: str = ""
+    seconds: float = 0.0
+    checks: list = field(default_factory=list)   # (what, our value as text, passed: bool | None)
+    check_prefix: str | None = None                # the checks' label prefix (default: the row's label)
+
+
+# --- data and runs ---------------------------------------------------------------------
+
+def missing_data(ctx: Context, row: Row) -> list[str]:
+    if not row.data:
+        return []
+    if ctx.data_dir is None:
+        return list(row.data)
+    return [d for d in row.data if not (ctx.data_dir / d).exists()]
+
+
+def row_config(ctx: Context, name: str):
+    from ..train.config import Config, load_config_file
+
+    if ctx.configs is None:
+        raise RnnlensError("repro needs the configs/ folder of a checkout: pass --configs DIR")
+    path = ctx.configs / name
+    if not path.is_file():
+        raise RnnlensError(f"config {path} does not exist")
+    cfg = load_config_file(path, budget=None if ctx.budget == "full" else ctx.budget)
+    d = cfg.to_dict()
+    if ctx.data_dir is not None:
+        d["data"]["data_dir"] = str(ctx.data_dir)
+    d["train"]["device"] = ctx.device
+    if ctx.threads:
+        d["train"]["threads"] = ctx.threads
+    if ctx.tiny:
+        tiny_overrides(d)
+    return Config.from_dict(d)
+
+
+def tiny_overrides(d: dict) -> None:
+    """The smoke test's slice: 1 epoch, a few examples, small models; same pipeline."""
+    d["train"]["epochs"] = 1
+    d["train"]["time_limit"] = None
+    data, model = d["data"], d["model"]
+    if data.get("corpus") in ("dyck", "crossserial"):
+        data.update(train_size=64, dev_size=32, test_size=32)
+    elif data.get("corpus") in ("ptb", "wikitext2") and not data.get("sentence_level"):
+        data["max_train_examples"] = 2000                # training tokens of the LM stream
+    elif data.get("corpus") != "polarity":
+        data["max_train_examples"] = 64
+    model["hidden_size"] = min(model.get("hidden_size") or 8, 16)
+    if not model.get("embeddings_file") and model.get("cell") != "urn":
+        model["embedding_dim"] = min(model.get("embedding_dim") or 8, 16)
+
+
+def budget_text(cfg) -> str:
+    d, m, t = cfg.data, cfg.model, cfg.train
+    if d.corpus in ("dyck", "crossserial"):
+        size = f"{d.train_size:,} strings" if d.train_size else "the paper's training set"
+    elif d.max_train_examples:
+        size = f"{d.max_train_examples:,} training {'tokens' if d.corpus in ('ptb', 'wikitext2') and not d.sentence_level else 'examples'}"
+    else:
+        size = "all training data"
+    return f"{t.epochs} epochs max, {size}, hidden {m.hidden_size}" + (f" x {m.layers} layers" if m.layers > 1 else "")
+
+
+def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None = None) -> Run:
+    """The run of `config` (with `overrides`, {section: {key: value}}) and seed `seed` at
+    ctx's budget: reused when DIR/runs has its test record, trained otherwise (written
+    atomically: a killed run leaves no half folder)."""
+    from ..train.checkpoint import output_dir
+    from ..train.config import Config
+    from ..train.run import train_run
+
+    cfg = row_config(ctx, config)
+    d = cfg.to_dict()
+    d["train"]["seed"] = seed
+    stem = Path(config).stem
+    for section, values in (overrides or {}).items():
+        d[section].update(values)
+        stem += "+" + "+".join(f"{k}={v}" for k, v in sorted(values.items()))
+    cfg = Config.from_dict(d)
+    tag = "tiny" if ctx.tiny else ctx.budget
+    path = ctx.out / "runs" / f"{stem}-{tag}-seed{seed}"
+    test = _test_record(path)
+    if test is not None:
+        info = _read_json(path / "repro.json") or {}
+        ctx.log(f"reusing {path}")
+        return Run(test, cfg, path, float(info.get("seconds", 0.0)))
+    ctx.log(f"training {config} (seed {seed}, budget {tag}) -> {path}")
+    t0 = time.perf_counter()
+    with output_dir(path, force=True) as tmp:
+        res = train_run(cfg, tmp, progress=ctx.progress)
+        seconds = time.perf_counter() - t0
+        (tmp / "repro.json").write_text(json.dumps({"config": config, "seed": seed, "budget": tag,
+                                                    "seconds": round(seconds, 1)}), encoding="utf-8")
+    test = _test_record(path)            # the metrics.jsonl record, as a reused run reads it
+    if not res.test or test is None:
+        raise RnnlensError(f"{config}: the run wrote no test record")
+    return Run(test, cfg, path, seconds)
+
+
+def _read_json(p: Path):
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _test_record(path: Path) -> dict | None:
+    try:
+        lines = (path / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            return None
+        if rec.get("split") == "test":
+            return rec
+    return None
+
+
+# --- kinds -------------------------------------------------------------------------------
+
+KINDS: dict[str, Callable[[Context, Table, Row], RowResult]] = {}
+
+
+def kind(name: str):
+    def register(fn):
+        KINDS[name] = fn
+        return fn
+    return register
+
+
+def metric_value(table: Table, row: Row, test: dict):
+    key = row.key or table.metric.get("key")
+    scale = row.scale if row.scale is not None else table.metric.get("scale", 1)
+    if key not in test:
+        raise RnnlensError(f"{table.id} / {row.label}: the test record has no {key!r} "
+                           f"(it has {', '.join(sorted(test))})")
+    v = test[key]
+    if isinstance(v, dict):
+        return {k: _scaled(x, scale) for k, x in v.items()}
+    return _scaled(v, scale)
+
+
+def _scaled(v, scale):
+    if isinstance(v, dict):
+        return {k: _scaled(x, scale) for k, x in v.items()}
+    return None if v is None else float(v) * scale
+
+
+@kind("train")
+def run_train_row(ctx: Context, table: Table, row: Row) -> RowResult:
+    """Train the row's config per seed and read the table's metric from the test record."""
+    res = RowResult(row)
+    for s in range(ctx.seeds):
+        run = train_or_reuse(ctx, row.config or row.extra["base_config"], ctx.seed0 + s,
+                             row.extra.get("overrides"))
+        res.values.append(metric_value(table, row, run.test))
+        res.seconds += run.seconds
+        res.budget = budget_text(run.cfg)
+        res.data_used = data_used_text(run.cfg)
+    return res
+
+
+def data_used_text(cfg) -> str:
+    d = cfg.data
+    if d.corpus in ("dyck", "crossserial", "polarity"):
+        return f"{d.corpus} (generated)" if d.corpus != "polarity" else "built-in polarity corpus"
+    return f"{d.corpus} from {d.data_dir}" if d.data_dir else d.corpus
+
+
+def run_row(ctx: Context, table: Table, row: Row) -> RowResult:
+    if row.extra.get("missing"):
+        return RowResult(row, status="missing data", note="missing: " + "; ".join(row.extra["missing"]))
+    if row.config is None and not row.extra.get("base_config") and table.kind == "train":
+        return RowResult(row, status="no config", note=row.note)
+    gone = missing_data(ctx, row)
+    if gone:
+        where = f"under {ctx.data_dir}" if ctx.data_dir else "(no --data-dir)"
+        return RowResult(row, status="missing data", note=f"missing: {', '.join(gone)} {where}")
+    fn = KINDS.get(table.kind)
+    if fn is None:
+        return RowResult(row, status="not built", note=f"no pipeline for kind {table.kind!r}")
+    return fn(ctx, table, row)
+
+
+def run_table(ctx: Context, table: Table) -> list[RowResult]:
+    from . import pipelines  # noqa: F401  (registers the analysis kinds)
+
+    results = []
+    for k, row in enumerate(table.rows, 1):
+        ctx.log(f"{table.id}: row {k}/{len(table.rows)}: {row.label}")
+        results.append(run_row(ctx, table, row))
+    return results
+
+
+# --- summaries ------------------------------------------------------------------------------
+
+def mean_std(values: list) -> tuple[float | None, float | None]:
+    xs = [v for v in values if isinstance(v, (int, float)) and not math.isnan(v)]
+    if not xs:
+        return None, None
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None)
+
+
+def tolerance_for(table: Table, row: Row) -> dict:
+    """The row's own tolerance, else the table's when it applies to the row (no "rows" list,
+    or the row's label in it), else {}."""
+    if isinstance(row.extra.get("tolerance"), dict):
+        return row.extra["tolerance"]
+    tol = table.tolerance or {}
+    if "rows" in tol and row.label not in tol["rows"]:
+        return {}
+    return tol
+
+
+def within(table: Table, row: Row, paper, ours, reference: float | None = None) -> bool | None:
+    """Is ours within the tolerance (None: none set, or no numbers)? {"abs": a}: |ours -
+    paper| <= a, or with "side": "below" only a shortfall counts (below for a higher-is-better
+    metric, above otherwise); {"rel": r}: |ours - ref| <= r |ref|, ref the paper's number or,
+    with "relative_to": LABEL, our value of that row (`reference`); {"max": m}: ours <= m;
+    {"min": m}: ours >= m."""
+    tol = tolerance_for(table, row)
+    if ours is None or not tol:
+        return None
+    if tol.get("max") is not None:
+        return ours <= tol["max"]
+    if tol.get("min") is not None:
+        return ours >= tol["min"]
+    if tol.get("rel") is not None:
+        ref = reference if tol.get("relative_to") else paper
+        if not isinstance(ref, (int, float)):
+            return None
+        return abs(ours - ref) <= tol["rel"] * abs(ref)
+    if tol.get("abs") is not None and isinstance(paper, (int, float)):
+        if tol.get("side") == "below":
+            higher = table.metric.get("higher_is_better", True) is not False
+            return ours >= paper - tol["abs"] if higher else ours <= paper + tol["abs"]
+        return abs(ours - paper) <= tol["abs"]
+    return None
