@@ -42,7 +42,9 @@ def list_text(data_dir: Path | None) -> str:
         for m in absent:
             out.append(f"    missing everywhere: {m}")
         tt = times.get(t.id, {})
-        out.append(f"    time on a 2-core CPU: quick {_minutes(tt.get('quick'))}, full {_minutes(tt.get('full'))}")
+        spent = [f"{b} {_minutes(tt.get(b))}" + (f" ({tt[b + '_rows']} rows measured)" if tt.get(b + "_rows") else "")
+                 for b in BUDGETS]
+        out.append(f"    time on a 2-core CPU (1 thread per run): {', '.join(spent)}")
     return "\n".join(out)
 
 
@@ -75,10 +77,11 @@ def cmd_repro(args) -> int:
     names = list(load_tables()) if args.tables == ["all"] else args.tables
     tables = [get_table(n) for n in names]          # every name checked before any work
     if args.rows:
+        wanted = [w.lower() for w in args.rows]
         for t in tables:
-            t.rows = [r for r in t.rows if args.rows.lower() in r.label.lower()]
+            t.rows = [r for r in t.rows if any(w in r.label.lower() for w in wanted)]
         if not any(t.rows for t in tables):
-            raise RnnlensError(f"no row label contains {args.rows!r}")
+            raise RnnlensError(f"no row label contains {' or '.join(map(repr, args.rows))}")
     configs = Path(args.configs) if args.configs else default_configs_dir()
     if configs is not None and not configs.is_dir():
         raise RnnlensError(f"--configs {configs} is not a folder")
@@ -118,7 +121,8 @@ def add_parser(sub) -> None:
     rp.add_argument("--configs", help="the configs/ folder (default: the checkout's)")
     rp.add_argument("--threads", type=int, default=None)
     rp.add_argument("--device", default="cpu")
-    rp.add_argument("--rows", help="only the rows whose label contains this text")
+    rp.add_argument("--rows", action="append", metavar="TEXT",
+                    help="only the rows whose label contains TEXT (repeat for several)")
     rp.add_argument("--tiny", action="store_true", help="every run on a tiny slice for 1 epoch (smoke test)")
     rp.add_argument("--quiet", action="store_true")
     rp.set_defaults(func=cmd_repro)

@@ -151,7 +151,8 @@ def unitary_row(ctx: Context, table: Table, row: Row) -> RowResult:
         means = [m for m in means if m is not None]
         if means:
             m = sum(means) / len(means)
-            res.checks.append(("mean average effect of the matching pairs", f"{m:.3f}", m < limit))
+            res.check_prefix = "matching pairs"
+            res.checks.append((f"mean average effect (target < {limit:g})", f"{m:.3f}", m < limit))
     return res
 
 
@@ -220,6 +221,7 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
     """Sequence-level Table 1: `rnnlens demo --cell CELL` per seed (reused from DIR/runs),
     the mean score of the row's polarity group and form; checks: the flip counts (GRU)."""
     from ..demo import run_demo
+    from ..train.config import Config
 
     cell = row.extra.get("model", "GRU").lower()
     res = RowResult(row)
@@ -239,7 +241,9 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
         group, form = row.extra["group"], row.extra["form"]
         res.values.append(float(summary["table"][group][form]["mean"]))
         res.seconds += float(summary.get("seconds", 0.0))
-        res.budget = f"the demo's settings ({'1 epoch' if ctx.tiny else 'its epochs'}), hidden {summary['model']['hidden_size']}"
+        epochs = 1 if ctx.tiny else Config().train.epochs
+        res.budget = (f"the demo: {epochs} epochs max (best {summary.get('best_epoch')}), 4,120 sentences, "
+                      f"hidden {summary['model']['hidden_size']}")
         res.data_used = "built-in polarity corpus"
         tol = table.tolerance or {}
         last = [r for r in table.rows if r.extra.get("model") == row.extra.get("model")][-1]

@@ -24,7 +24,7 @@ def lines_of(table: Table, results: list[RowResult]) -> list[dict]:
     """One dict per printed line: label, dataset, paper, mean, std, n, diff, ok, budget, data,
     note, status; then a line per check a pipeline made (e.g. "no upward trend")."""
     out = []
-    digits = int(table.metric.get("digits", 2))
+    digits = int(table.metric.get("digits", 3 if table.metric.get("unit") == "fraction" else 2))
     means = {r.row.label: mean_std(r.values)[0] for r in results
              if not any(isinstance(v, dict) for v in r.values)}
     for r in results:
