@@ -51,22 +51,52 @@ def _scores_line(scores: dict) -> str:
 
 
 def cmd_train(args) -> int:
-    from .train.checkpoint import output_dir
+    import shlex
+
+    from .train import distributed
     from .train.config import Config, load_config_file
+    from .train.resume import Checkpoints, config_differences, partial_dir, training_dir
     from .train.run import train_run
 
-    cfg = load_config_file(args.config, budget=args.budget) if args.config else Config()
+    if args.resume and args.out and Path(args.out) != Path(args.resume):
+        raise RnnlensError(f"--out {args.out} and --resume {args.resume} name different folders; give one")
+    out = args.resume or args.out
+    if not out:
+        raise RnnlensError("train needs --out FOLDER (or --resume FOLDER to continue an interrupted run)")
+    dist = distributed.join()        # launched by torchrun: this process's rank; else None
+    main = dist is None or dist.is_main    # the process that writes
+    saved = distributed.find_resume(dist, out) if args.resume else None   # the newest intact checkpoint
+    if args.config:
+        cfg = load_config_file(args.config, budget=args.budget)
+    else:
+        cfg = Config.from_dict(saved.state["config"]) if saved else Config()
     d = cfg.to_dict()
     for key, value in vars(args).items():
         if key.startswith("cfg:") and value is not None:
             section, name = key[4:].split(".")
             d[section][name] = value
     cfg = Config.from_dict(d)
-    with output_dir(args.out, force=args.force) as tmp:
-        res = train_run(cfg, tmp, progress=not args.quiet)
+    if saved:
+        diff = config_differences(Config.from_dict(saved.state["config"]).to_dict(), cfg.to_dict())
+        if diff:
+            raise RnnlensError(f"--resume {out}: the config differs from the interrupted run's in "
+                               f"{'; '.join(diff)}; resume with the same settings, or start again with --force")
+        if main:
+            print(f"resuming {out} from {saved.where()}", flush=True)
+    try:                             # only rank 0 creates and writes OUT.partial/
+        with distributed.main_writes(dist, lambda: training_dir(out, force=args.force, resume=saved is not None),
+                                     partial_dir(out)) as tmp:
+            ckpts = Checkpoints(tmp, cfg.to_dict(), cfg.train.checkpoint_every, resume=saved,
+                                hint=f"rnnlens train --resume {shlex.quote(str(out))}")
+            res = train_run(cfg, tmp, progress=main and not args.quiet, checkpoints=ckpts, dist=dist)
+    finally:
+        if dist is not None:
+            distributed.shutdown()
+    if not main:
+        return 0
     if res.test:
         print("test " + _scores_line(res.test))
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
     return 0
 
 
@@ -187,9 +217,10 @@ def cmd_explain(args) -> int:
     if args.png:
         from .viz.plots import ngram_heatmap
 
-        tmp = png.with_name(f".{png.name}.tmp.png")
-        ngram_heatmap(ex.tokens, ex.scores, tmp, f"n-gram scores toward '{ex.target}'")
-        tmp.replace(png)
+        from .outfiles import replacing
+
+        with replacing(png, suffix=".png") as tmp:
+            ngram_heatmap(ex.tokens, ex.scores, tmp, f"n-gram scores toward '{ex.target}'")
     if args.json:
         print(json.dumps(ex.to_dict(), indent=2))
         return 0
@@ -218,7 +249,7 @@ def _read_adjectives(path):
         d = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RnnlensError(f"adjectives file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise RnnlensError(f"cannot read adjectives file {path}: {e}") from None
     adj = Adjectives.from_dict(d, where=str(path))
     if not adj.positive and not adj.negative:
@@ -470,7 +501,9 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a classifier from flags and/or a config file")
     t.add_argument("--config", help="JSON (or TOML) file with sections data, model, train")
     t.add_argument("--budget", help="a named budget of the config file (e.g. quick); default: full")
-    t.add_argument("--out", required=True, help="checkpoint folder to create")
+    t.add_argument("--out", help="checkpoint folder to create (trained in OUT.partial/, renamed when done)")
+    t.add_argument("--resume", metavar="OUT", help="continue the interrupted run whose --out was OUT "
+                   "from the newest intact checkpoint in OUT.partial/ (same config; flags that differ are refused)")
     t.add_argument("--force", action="store_true", help="replace the output folder if it exists")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_config_flags(t)
@@ -647,12 +680,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _tolerant_output() -> None:
+    """Text the terminal cannot encode (a byte of argv that was not UTF-8, a word outside a
+    Latin-1 locale) is printed as a backslash escape, not a UnicodeEncodeError traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError, AttributeError):
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    _tolerant_output()
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except RnnlensError as e:
-        print(f"rnnlens: error: {e}", file=sys.stderr)
+        one_line = " ".join(part.strip() for part in str(e).split("\n") if part.strip())
+        print(f"rnnlens: error: {one_line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("rnnlens: interrupted", file=sys.stderr)

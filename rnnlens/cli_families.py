@@ -65,9 +65,10 @@ def cmd_wfsa(args) -> int:
         for i in order.tolist():
             print(f"  {' '.join(tokens[i:]):<50} {float(v[i]):+.6f}")
     if dot is not None:
-        tmp = dot.with_name(f".{dot.name}.tmp")
-        tmp.write_text(wfsa.to_dot(), encoding="utf-8")
-        tmp.replace(dot)
+        from .outfiles import replacing
+
+        with replacing(dot) as tmp:
+            tmp.write_text(wfsa.to_dot(), encoding="utf-8")
         print(f"wrote {dot}")
     return 0
 

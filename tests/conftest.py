@@ -30,3 +30,22 @@ def max_diff(a, b) -> float:
     d = (a - b).abs().max().item() if a.numel() else 0.0
     print(f"max |diff| = {d:.3e}")
     return d
+
+
+# `rnnlens` in a process that SIGKILLs itself at its KILL_AT-th training step (under torchrun:
+# every rank at the same step), so where a run dies does not depend on timing. Run it as a
+# script file or with `python -c KILLER ARGS...`.
+KILLER = """
+import os, signal, sys
+from rnnlens.models import RNNModel
+from rnnlens.cli import main
+at, calls, loss = int(os.environ["KILL_AT"]), [0], RNNModel.loss
+def killing_loss(self, out, batch):
+    if self.training:
+        calls[0] += 1
+        if calls[0] == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return loss(self, out, batch)
+RNNModel.loss = killing_loss
+sys.exit(main(sys.argv[1:]))
+"""

@@ -39,6 +39,8 @@ def read_metrics(path) -> list[dict]:
                 out.append(json.loads(line))
             except json.JSONDecodeError as e:
                 raise RnnlensError(f"{p}:{no}: not JSON: {e.msg}") from None
+            except RecursionError:
+                raise RnnlensError(f"{p}:{no}: not JSON: nested too deeply") from None
     return out
 
 

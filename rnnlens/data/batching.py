@@ -8,6 +8,7 @@ from typing import Iterator, Sequence
 
 import torch
 
+from ..errors import RnnlensError
 from .vocab import Vocab
 
 
@@ -105,7 +106,10 @@ def bucket_batches(lengths: Sequence[int], batch_size: int, shuffle: bool = True
 
 
 class BatchIterator:
-    """Iterates over Batches of a dataset; a new seeded order each epoch."""
+    """Iterates over Batches of a dataset; a new seeded order each epoch.
+
+    Resuming mid-epoch: `epoch` (the counter the order is seeded with) and `start` (batches
+    of the next pass to skip, without building them) give the same order from that point."""
 
     def __init__(self, examples: Sequence[Example], vocab: Vocab, batch_size: int,
                  shuffle: bool = True, seed: int = 0):
@@ -115,6 +119,7 @@ class BatchIterator:
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
+        self.start = 0
         self._lengths = [len(ex.tokens) for ex in self.examples]
 
     def __len__(self) -> int:
@@ -127,7 +132,8 @@ class BatchIterator:
     def __iter__(self) -> Iterator[Batch]:
         order = bucket_batches(self._lengths, self.batch_size, self.shuffle, self.seed + self.epoch)
         self.epoch += 1
-        for ids in order:
+        skip, self.start = self.start, 0
+        for ids in order[skip:]:
             yield collate([self.examples[i] for i in ids], self.vocab)
 
 
@@ -137,22 +143,26 @@ class BPTTIterator:
     The stream is cut into batch_size parallel rows (as pytorch/examples' batchify does);
     each batch is the next [B, bptt] segment of every row, with targets shifted by one.
     Consecutive batches continue each other, so a model can carry its state across them.
+    `start`: segments of the next pass to skip (resuming mid-epoch).
     """
 
     def __init__(self, ids: list[int] | torch.Tensor, batch_size: int, bptt: int):
         ids = torch.as_tensor(ids, dtype=torch.long)
         n = ids.numel() // batch_size
         if n < 2:
-            raise ValueError(f"a stream of {ids.numel()} tokens is too short for batch size {batch_size}")
+            raise RnnlensError(f"a language-model stream of {ids.numel()} tokens is too short for batch size "
+                               f"{batch_size} (it needs at least 2 tokens per row)")
         self.data = ids[: n * batch_size].view(batch_size, n)
         self.bptt = bptt
+        self.start = 0
 
     def __len__(self) -> int:
         return -(-(self.data.shape[1] - 1) // self.bptt)
 
     def __iter__(self) -> Iterator[Batch]:
         B, N = self.data.shape
-        for i in range(0, N - 1, self.bptt):
+        skip, self.start = self.start, 0
+        for i in range(skip * self.bptt, N - 1, self.bptt):
             L = min(self.bptt, N - 1 - i)
             yield Batch(self.data[:, i: i + L], torch.ones(B, L, dtype=torch.bool),
                         torch.full((B,), L, dtype=torch.long), self.data[:, i + 1: i + 1 + L])
@@ -223,6 +233,7 @@ class SentenceIterator:
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
+        self.start = 0                # batches of the next pass to skip (resuming mid-epoch)
 
     def order(self) -> list[list[int]]:
         """This epoch's batches as lists of sentence indices."""
@@ -235,5 +246,6 @@ class SentenceIterator:
     def __iter__(self) -> Iterator[Batch]:
         order = self.order()
         self.epoch += 1
-        for idx in order:
+        skip, self.start = self.start, 0
+        for idx in order[skip:]:
             yield sentence_collate([self.ids[i] for i in idx], self.eos_id)

@@ -111,6 +111,9 @@ def _classify(name: str, rows: dict[str, list], notes: list[str], labels: list[s
     """
     if labels is None:
         labels = sorted({lab for _, lab in rows["train"]})
+        if len(labels) < 2:
+            raise RnnlensError(f"{name}: the training split has {len(labels)} label(s) ({', '.join(labels)}); "
+                               "a classifier needs at least 2")
     splits = {k: R.label_examples(v, labels, f"{name} {k}") for k, v in rows.items()}
     notes.append(_count_note(splits))
     return Dataset(name, task, splits, labels, notes)
@@ -206,7 +209,10 @@ def load_sst2_glue(data_dir, seed: int = 0) -> Dataset:
 def _load_label_first(name: str, rel: str, meaning: str):
     def load(data_dir, seed: int = 0) -> Dataset:
         notes: list[str] = []
-        rows = _drop_empty(R.read_label_first(find_file(data_dir, rel)), rel, notes)
+        path = find_file(data_dir, rel)
+        rows = _drop_empty(R.read_label_first(path, labels=("0", "1")), rel, notes)
+        if not rows:
+            raise RnnlensError(f"{path} has no sentences (every line is a label alone)")
         train, dev, test = random_split(rows, (0.8, 0.1, 0.1), seed)
         notes[:0] = [f"{meaning}; tokens lowercased",
                      f"no official split: shuffled with seed {seed} and cut 80/10/10 into train/dev/test"]

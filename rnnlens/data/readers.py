@@ -122,6 +122,14 @@ def _lines(path, latin1_fallback: bool = False) -> list[str]:
     return _split_lines(_decode(_read_bytes(path), path, latin1_fallback))
 
 
+def _nonempty(out: list, path, what: str) -> list:
+    """out, or an RnnlensError when a file gave nothing at all (empty, or blank lines only):
+    an empty split fails much later and far less clearly (an empty batch, a missing class)."""
+    if not out:
+        raise RnnlensError(f"{path} has no {what} (the file is empty or holds blank lines only)")
+    return out
+
+
 # --- Stanford Sentiment Treebank ------------------------------------------
 
 # Only ASCII whitespace separates items: SST has a leaf "8\u00a01\/2" whose no-break
@@ -217,7 +225,7 @@ def read_sst_trees(path, phrases: bool = False, lowercase: bool = False) -> list
                 out.extend((leaves[s:e], label) for label, s, e in nodes)
             else:
                 out.append((leaves, nodes[0][0]))
-    return out
+    return _nonempty(out, path, "trees")
 
 
 SST_SCHEMES = ("binary", "fine", "regression")
@@ -258,25 +266,29 @@ def read_glue_sst2(path) -> list[tuple[list[str], str]]:
         if not sep or not label.strip() or not sentence.strip():
             raise RnnlensError(f"{path}:{no}: expected 'sentence<TAB>label'")
         out.append((sentence.split(), label.strip()))
-    return out
+    return _nonempty(out, path, "sentences")
 
 
-def read_label_first(path, lowercase: bool = True) -> list[tuple[list[str], str]]:
+def read_label_first(path, lowercase: bool = True, labels=None) -> list[tuple[list[str], str]]:
     """Lines `<label> <sentence>` (the `.all` files of MR, SUBJ, CR, MPQA, TREC).
 
     Blank lines are skipped. A label with no sentence (`0 `) gives an empty token list:
     custrev.all has 4 such lines, copied from blank lines of custrev.pos/neg, and they
     are kept so the counts match the file (the dataset registry drops them).
     Latin-1 is used for the whole file when it is not UTF-8.
+    labels: the valid labels (e.g. ("0", "1")); a line with another is an error naming it.
     """
     tokenizer = Tokenizer(lowercase=lowercase)
     out = []
-    for line in _lines(path, latin1_fallback=True):
+    for no, line in enumerate(_lines(path, latin1_fallback=True), 1):
         if not line.strip():
             continue
         label, *sentence = line.split(None, 1)
+        if labels is not None and label not in labels:
+            raise RnnlensError(f"{path}:{no}: expected '<label> <sentence>' with label {' or '.join(labels)}, "
+                               f"got label {label[:20]!r}")
         out.append((tokenizer(sentence[0] if sentence else ""), label))
-    return out
+    return _nonempty(out, path, "sentences")
 
 
 _TREC_LABEL = re.compile(r"^([A-Z]+):(\S+)$")
@@ -297,7 +309,7 @@ def read_trec(path, lowercase: bool = True) -> list[tuple[list[str], str]]:
         if not m or len(parts) < 2 or not parts[1].strip():
             raise RnnlensError(f"{path}:{no}: expected 'COARSE:fine question'")
         out.append((tokenizer(parts[1]), m.group(1)))
-    return out
+    return _nonempty(out, path, "questions")
 
 
 def read_ag_news(path, lowercase: bool = True) -> list[tuple[list[str], str]]:
@@ -322,7 +334,7 @@ def read_ag_news(path, lowercase: bool = True) -> list[tuple[list[str], str]]:
             start = reader.line_num + 1
     except csv.Error as e:
         raise RnnlensError(f"{path}:{start}: bad CSV: {e}") from None
-    return out
+    return _nonempty(out, path, "rows")
 
 
 _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
@@ -348,10 +360,12 @@ def read_imdb(path, lowercase: bool = True) -> list[tuple[list[str], str]]:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise RnnlensError(f"{path}:{no}: bad JSON: {e.msg}") from None
+        except RecursionError:
+            raise RnnlensError(f"{path}:{no}: bad JSON: nested too deeply") from None
         if not isinstance(row, dict) or not isinstance(row.get("text"), str) or row.get("label") is None:
             raise RnnlensError(f"{path}:{no}: expected an object with 'text' (string) and 'label'")
         out.append((tokenizer(_BR.sub(" ", row["text"])), str(row["label"])))
-    return out
+    return _nonempty(out, path, "reviews")
 
 
 # --- SemEval-2010 Task 8 ------------------------------------------------------
@@ -385,7 +399,7 @@ def _read_semeval_key(key_path) -> dict[int, tuple[str, int]]:
         if len(parts) != 2 or not parts[0].strip().isdigit() or not parts[1].strip():
             raise RnnlensError(f"{key_path}:{no}: expected 'id<TAB>label'")
         key[int(parts[0])] = (parts[1].strip(), no)
-    return key
+    return _nonempty(key, key_path, "ids")
 
 
 def read_semeval(path, key_path=None) -> list[tuple[list[str], str]]:
@@ -436,7 +450,7 @@ def read_semeval(path, key_path=None) -> list[tuple[list[str], str]]:
     if extra:
         raise RnnlensError(f"{key_path}: {len(extra)} id(s) not in {path}, e.g. {extra[0]}; "
                            "is it the key of another file?")
-    return out
+    return _nonempty(out, path, "examples")
 
 
 def _apply_key(label: str, key_label: str, key_no: int, key_path, where: str) -> str:
@@ -533,7 +547,7 @@ def read_conll2003(path, scheme: str = "iobes") -> list[tuple[list[str], list[st
         tokens.append(fields[0])
         tags.append(fields[3])
     flush()
-    return out
+    return _nonempty(out, path, "sentences")
 
 
 # --- Word-level language modelling ---------------------------------------------
@@ -545,9 +559,14 @@ def read_lm_text(path) -> list[str]:
     `for line in f: words = line.split() + ['<eos>']`.
     """
     out: list[str] = []
+    words = 0
     for line in _lines(path):
-        out.extend(line.split())
+        toks = line.split()
+        words += len(toks)
+        out.extend(toks)
         out.append("<eos>")
+    if not words:
+        raise RnnlensError(f"{path} has no words (the file is empty or holds blank lines only)")
     return out
 
 
@@ -633,7 +652,10 @@ def read_linzen_tsv(path, column: str = "sentence",
                                        f"({len(tokens)} tokens; the index is 1-based)")
                 out.append(AgreementRow(tokens[: verb_index - 1], number, attractors, intervening,
                                         row.get("verb") or "", row.get("subj") or ""))
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error) as e:
+    except UnicodeDecodeError as e:
+        raise RnnlensError(f"{path} is not valid UTF-8 ({e.reason} at byte {e.start} of a block); "
+                           "convert it or pass a UTF-8 copy") from None
+    except (OSError, EOFError, zlib.error, csv.Error) as e:
         raise RnnlensError(f"cannot read {path}: {e}") from None
     if not out:
         raise RnnlensError(f"{path} has no agreement dependencies")

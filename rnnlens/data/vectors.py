@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import gzip
+import math
+import zlib
 from pathlib import Path
 
 import torch
@@ -14,7 +16,10 @@ def load_vectors(path: str | Path, vocab: Vocab, dim: int) -> tuple[torch.Tensor
     """Vectors for the vocabulary's words: ([V, dim] with zeros for words not in the file,
     number of words found). Streams the file and keeps only vocabulary words, so a
     multi-GB GloVe file costs no more memory than the vocabulary. A word missing in its
-    given case is looked up lowercased."""
+    given case is looked up lowercased. A gzip'd file is recognised by its first bytes;
+    bytes that are not UTF-8 are replaced (such a word matches nothing). An empty file, a
+    truncated gzip file, and a vocabulary word whose line has the wrong number of values or
+    a value that is not a finite number are RnnlensErrors naming the file (and line)."""
     p = Path(path)
     if not p.is_file():
         raise RnnlensError(f"embeddings file {p} does not exist")
@@ -27,11 +32,18 @@ def load_vectors(path: str | Path, vocab: Vocab, dim: int) -> tuple[torch.Tensor
     out = torch.zeros(len(vocab), dim)
     exact: set[int] = set()
     found: set[int] = set()
-    opener = gzip.open if p.suffix == ".gz" else open
+    try:
+        with p.open("rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+    except OSError as e:
+        raise RnnlensError(f"cannot read {p}: {e.strerror}") from None
+    opener = gzip.open if gz else open
+    lines = 0
     try:
         with opener(p, "rt", encoding="utf-8", errors="replace") as f:
             for no, line in enumerate(f, 1):
                 parts = line.rstrip().split(" ")
+                lines += bool(line.strip())
                 if no == 1 and len(parts) == 2 and all(x.isdigit() for x in parts):
                     continue  # word2vec text header: "count dim"
                 word = parts[0]
@@ -46,12 +58,16 @@ def load_vectors(path: str | Path, vocab: Vocab, dim: int) -> tuple[torch.Tensor
                     vec = torch.tensor([float(x) for x in parts[1:]])
                 except ValueError:
                     raise RnnlensError(f"{p}:{no}: not a number in the vector") from None
+                if not all(math.isfinite(v) for v in vec.tolist()):
+                    raise RnnlensError(f"{p}:{no}: the vector of {word!r} holds nan or inf")
                 for i, is_exact in hits:
                     if is_exact or i not in found:
                         out[i] = vec
                         found.add(i)
                         if is_exact:
                             exact.add(i)
-    except OSError as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise RnnlensError(f"cannot read {p}: {e}") from None
+    if not lines:
+        raise RnnlensError(f"embeddings file {p} is empty")
     return out, len(found)

@@ -76,6 +76,9 @@ class Vocab:
     def load(cls, path: str | Path) -> "Vocab":
         try:
             d = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
             raise RnnlensError(f"cannot read vocabulary {path}: {e}") from None
-        return cls.from_dict(d)
+        try:
+            return cls.from_dict(d)
+        except RnnlensError as e:
+            raise RnnlensError(f"{path}: {e}") from None

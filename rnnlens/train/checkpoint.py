@@ -40,7 +40,14 @@ def save_checkpoint(path: str | Path, model: torch.nn.Module, cfg: Config, vocab
 
 
 def load_checkpoint(path: str | Path, device: str = "cpu"):
-    """-> (model in eval mode, Config, Vocab, meta dict). Errors are RnnlensError."""
+    """-> (model in eval mode, Config, Vocab, meta dict). Errors are RnnlensError.
+
+    Nothing is unpickled: config.json and vocab.json are parsed as JSON, the weights read
+    with safetensors, whose header is checked before any tensor is read. Every problem
+    names the file: a missing, empty, truncated or corrupt file, a config of another
+    version, a vocabulary whose size is not the model's, and files swapped in from
+    another model (weights whose shapes are not those the config builds).
+    """
     from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_model
 
@@ -48,42 +55,84 @@ def load_checkpoint(path: str | Path, device: str = "cpu"):
 
     path = Path(path)
     if not path.is_dir():
-        raise RnnlensError(f"model directory {path} does not exist")
+        what = "is a file, not a folder" if path.exists() else "does not exist"
+        raise RnnlensError(f"model directory {path} {what}")
     missing = [f for f in FILES[:3] if not (path / f).is_file()]
     if missing:
         raise RnnlensError(f"{path} is not an rnnlens model directory: missing {', '.join(missing)}")
+    config_path, vocab_path, weights_path = (path / f for f in FILES[:3])
     try:
-        meta = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RnnlensError(f"{path / 'config.json'} is corrupt: {e}") from None
+        meta = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise RnnlensError(f"{config_path} is corrupt: {e}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise RnnlensError(f"{path / 'config.json'} is not an rnnlens checkpoint config")
+        raise RnnlensError(f"{config_path} is not an rnnlens checkpoint config")
     try:
         cfg = Config.from_dict(meta["config"])
-        labels = None if meta["labels"] is None else [str(x) for x in meta["labels"]]
-        vocab_size = int(meta["vocab_size"])
-        task = str(meta.get("task", "classify"))
+        labels = meta["labels"]
+        if labels is not None and (not isinstance(labels, list) or not all(isinstance(x, str) for x in labels)):
+            raise TypeError("'labels' must be a list of strings or null")
+        vocab_size = meta["vocab_size"]
+        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 2:
+            raise TypeError(f"'vocab_size' must be an integer >= 2, got {vocab_size!r}")
+        task = meta.get("task", "classify")
+        if not isinstance(task, str):
+            raise TypeError(f"'task' must be a string, got {task!r}")
+        tok = meta.get("tokenizer", {})
+        if not isinstance(tok, dict) or not set(tok) <= {"lowercase", "split_punct"} or \
+                not all(isinstance(v, bool) for v in tok.values()):
+            raise TypeError("'tokenizer' must be an object with boolean 'lowercase' and 'split_punct'")
+    except RnnlensError as e:
+        raise RnnlensError(f"{config_path}: {e}") from None
     except (KeyError, TypeError, ValueError) as e:
-        raise RnnlensError(f"{path / 'config.json'} is incomplete: {e}") from None
-    vocab = Vocab.load(path / "vocab.json")
-    if len(vocab) != vocab_size:
-        raise RnnlensError(f"vocab.json has {len(vocab)} tokens but the model was trained with {vocab_size}")
-    weights = str(path / "model.safetensors")
+        raise RnnlensError(f"{config_path} is incomplete: {e}") from None
+    notes = meta.get("notes")
+    meta.update(task=task, labels=labels, tokenizer=tok,
+                notes=[str(n) for n in notes] if isinstance(notes, list) else [])
     try:
-        with safe_open(weights, framework="pt") as f:  # reads the header: is the file whole?
-            list(f.keys())
+        vocab = Vocab.load(vocab_path)
+    except RnnlensError as e:
+        msg = str(e)
+        raise RnnlensError(msg if str(vocab_path) in msg else f"{vocab_path}: {msg}") from None
+    if len(vocab) != vocab_size:
+        raise RnnlensError(f"{vocab_path} has {len(vocab)} tokens but {config_path.name} says the model has "
+                           f"{vocab_size}: are the files from different models?")
+    try:
+        with safe_open(str(weights_path), framework="pt") as f:  # reads the header: is the file whole?
+            shapes = {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-        raise RnnlensError(f"{path / 'model.safetensors'} is corrupt: {e}") from None
+        raise RnnlensError(f"{weights_path} is corrupt: {e}") from None
     try:
         model = RNNModel(cfg.model, vocab_size, task, labels, sentence_level=cfg.data.sentence_level)
-        load_model(model, weights, strict=True)
+    except RnnlensError as e:
+        raise RnnlensError(f"{config_path}: {e}") from None
+    except (RuntimeError, ValueError, TypeError, MemoryError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise RnnlensError(f"{config_path}: cannot build the model it describes: {first}") from None
+    mismatch = _shape_mismatch(model, shapes)
+    if mismatch:
+        raise RnnlensError(f"{weights_path} does not match {config_path.name}: {mismatch} "
+                           "(are the files from different models?)")
+    try:
+        load_model(model, str(weights_path), strict=True)
     except SafetensorError as e:
-        raise RnnlensError(f"{path / 'model.safetensors'} is corrupt: {e}") from None
+        raise RnnlensError(f"{weights_path} is corrupt: {e}") from None
     except (RuntimeError, ValueError, TypeError) as e:
-        first = str(e).strip().splitlines()[0]
-        raise RnnlensError(f"{path / 'model.safetensors'} does not match config.json: {first}") from None
+        lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+        detail = lines[1] if len(lines) > 1 and lines[0].startswith("Error(s) in loading") else lines[0]
+        raise RnnlensError(f"{weights_path} does not match {config_path.name}: {detail}") from None
     model.to(device).eval()
     return model, cfg, vocab, meta
+
+
+def _shape_mismatch(model: torch.nn.Module, shapes: dict[str, list[int]]) -> str | None:
+    """The first tensor of the file whose shape differs from the model's, said in words;
+    None when every tensor both have agrees (missing or extra names are load_model's to report)."""
+    own = model.state_dict()
+    for name, shape in shapes.items():
+        if name in own and list(own[name].shape) != shape:
+            return f"{name} is {shape} in the file but {list(own[name].shape)} for the config"
+    return None
 
 
 @contextmanager
@@ -109,10 +158,15 @@ def output_dir(path: str | Path, force: bool = False):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    replace_dir(tmp, path)
+
+
+def replace_dir(new: Path, path: Path) -> None:
+    """Move the complete folder `new` to `path`, replacing what is there only after the move."""
     old = None
     if path.exists():
         old = path.with_name(f".{path.name}.old-{os.getpid()}")
         path.rename(old)
-    tmp.rename(path)
+    new.rename(path)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

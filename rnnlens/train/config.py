@@ -18,6 +18,7 @@ CONFIG_VERSION = 1
 OPTIMIZERS = ("adagrad", "adam", "sgd")
 MEMORY_KINDS = ("rm", "rmr")
 LOSS_AVERAGES = ("token", "sentence")
+ON_NAN = ("stop", "skip")
 
 
 TASKS = ("classify", "regress", "relation", "tag", "lm", "dyck", "crossserial", "agreement")
@@ -112,6 +113,10 @@ class TrainConfig:
     loss_average: str = "token"       # the gradient of the mean NLL per "token", or of the NLL summed
                                       # over each "sentence", mean over sentences (Torch-style RNN LMs,
                                       # the scale at which SGD with lr 1 is tuned); sentence-level only
+    checkpoint_every: int | None = None   # `rnnlens train`: a resumable checkpoint every this many steps
+                                      # (one is always written after each epoch); see --resume
+    on_nan: str = "stop"              # a NaN/infinite loss or gradient: "stop" with an error naming the
+                                      # step (the last checkpoint is kept), or "skip" the batch and halve lr
 
 
 @dataclass
@@ -195,6 +200,8 @@ class Config:
         need(m.init_range is None or m.init_range > 0, "model.init_range must be > 0")
         need(m.forget_bias is None or m.cell == "lstm", "model.forget_bias is for the lstm cell")
         need(t.lr_halve_after is None or t.lr_halve_after >= 1, "train.lr_halve_after must be >= 1")
+        need(t.checkpoint_every is None or t.checkpoint_every >= 1, "train.checkpoint_every must be >= 1")
+        need(t.on_nan in ON_NAN, f"train.on_nan {t.on_nan!r} is not one of {', '.join(ON_NAN)}")
         need(t.loss_average in LOSS_AVERAGES,
              f"train.loss_average {t.loss_average!r} is not one of {', '.join(LOSS_AVERAGES)}")
         need(t.loss_average == "token" or dcfg.sentence_level,
@@ -304,7 +311,10 @@ def load_config_file(path: str | Path, budget: str | None = None) -> Config:
         raise RnnlensError("TOML configs need Python >= 3.11; use JSON") from None
     except Exception as e:  # the parsers' own error types differ
         raise RnnlensError(f"config {p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}") from None
-    return Config.from_dict(d, budget=budget)
+    try:
+        return Config.from_dict(d, budget=budget)
+    except RnnlensError as e:
+        raise RnnlensError(f"{p}: {e}") from None
 
 
 def flat_fields() -> dict[str, tuple[str, Any]]:

@@ -152,6 +152,15 @@ class RunResult:
     notes: list[str]
 
 
+def data_fingerprint(vocab: Vocab, train: list[Example]) -> str:
+    """A hash of the vocabulary and the training split's size, to check a resumed run's data."""
+    import hashlib
+
+    h = hashlib.sha256("\n".join(vocab.itos).encode("utf-8"))
+    h.update(f"|{len(train)}|{sum(len(ex.tokens) for ex in train)}".encode())
+    return h.hexdigest()[:16]
+
+
 def check_device(device: str) -> None:
     try:
         torch.device(device)
@@ -161,8 +170,13 @@ def check_device(device: str) -> None:
         raise RnnlensError("train.device is cuda but no CUDA device is available")
 
 
-def train_run(cfg: Config, out: Path, progress: bool = True) -> RunResult:
-    """Train per cfg and write the checkpoint into `out` (an existing, empty directory)."""
+def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, dist=None) -> RunResult:
+    """Train per cfg and write the checkpoint into `out` (an existing, empty directory).
+
+    checkpoints: a resume.Checkpoints (in `out`) to save resumable checkpoints and, when it
+    names one, to continue from it; None: no resume checkpoints.
+    dist: a distributed.Dist when this process is one rank of a data-parallel run (torchrun):
+    every rank trains on its slice of each batch, and only rank 0 writes into `out`."""
     check_device(cfg.train.device)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
@@ -175,12 +189,19 @@ def train_run(cfg: Config, out: Path, progress: bool = True) -> RunResult:
     model = build_model(cfg, vocab, data.task, data.labels)
     train = batches(cfg, data.task, data.splits["train"], vocab, train=True)
     dev = batches(cfg, data.task, data.splits["dev"], vocab, train=False) if "dev" in data.splits else None
-    trainer = Trainer(model, cfg.train, metrics_path=out / "metrics.jsonl", progress=progress)
+    if checkpoints is not None:
+        checkpoints.data_id = data_fingerprint(vocab, data.splits["train"])
+        if checkpoints.resume is not None and checkpoints.resume.state.get("data") != checkpoints.data_id:
+            raise RnnlensError(f"the training data differ from those of the interrupted run in {out} "
+                               "(vocabulary or size); start again with --force")
+    trainer = Trainer(model, cfg.train, metrics_path=out / "metrics.jsonl", progress=progress,
+                      checkpoints=checkpoints, dist=dist)
     history = trainer.fit(train, dev)
     test = None
     if "test" in data.splits:
         test = trainer.evaluate(batches(cfg, data.task, data.splits["test"], vocab, train=False))
         trainer._log({"split": "test", "best_epoch": trainer.best_epoch, **{f"test_{k}": v for k, v in test.items()}})
     model.cpu().eval()
-    save_checkpoint(out, model, cfg, vocab, data.labels, data.task, data.notes)
+    if dist is None or dist.is_main:
+        save_checkpoint(out, model, cfg, vocab, data.labels, data.task, data.notes)
     return RunResult(model, vocab, data.labels, history, test, data.notes)

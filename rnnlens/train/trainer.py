@@ -47,20 +47,53 @@ def _reset(model) -> None:
         model.reset_state()
 
 
+MAX_SKIPS_IN_A_ROW = 10      # on_nan "skip": more non-finite batches in a row than this stop
+
+
 class Trainer:
+    """checkpoints (a resume.Checkpoints, optional): save the whole training state after
+    every epoch and every `checkpoints.every` steps, and continue from `checkpoints.resume`.
+
+    dist (a distributed.Dist, optional): data-parallel training, this process being one
+    rank of it (see rnnlens.train.distributed): each rank trains on its slice of every
+    batch, and only rank 0 writes metrics and checkpoints."""
+
     def __init__(self, model: torch.nn.Module, cfg: TrainConfig, metrics_path: str | Path | None = None,
-                 progress: bool = True, select: tuple[str, str] | None = None):
+                 progress: bool = True, select: tuple[str, str] | None = None, checkpoints=None,
+                 dist=None):
         self.model = model
         self.cfg = cfg
-        self.metrics_path = Path(metrics_path) if metrics_path else None
+        self.dist = dist
+        self.metrics_path = Path(metrics_path) if metrics_path and (dist is None or dist.is_main) else None
         self.progress = progress
         # (metric, "max" | "min"): what early stopping and the best checkpoint follow
         self.select = select or getattr(model.head, "select", ("accuracy", "max"))
-        self.device = torch.device(cfg.device)
+        if dist is not None:
+            from .distributed import loss_units, rank_device
+
+            self.device = rank_device(dist, cfg.device)
+            self._units = loss_units(model)          # what the head's loss is the mean over
+            self._grad_units = loss_units(model, cfg.loss_average == "sentence")
+        else:
+            self.device = torch.device(cfg.device)
+        self._net = None                   # data parallel: the model and its loss in DDP
+        self._used_checked = False         # DDP: every parameter got a gradient (checked once)
         self.optimizer = make_optimizer(model.parameters(), cfg)
+        self.checkpoints = checkpoints
         self.history: list[dict] = []
         self.best_epoch: int | None = None
         self.step = 0
+        # the loop's state, all of it saved in a resume checkpoint
+        self.epoch = 0                     # epochs finished
+        self.finished = False              # no more epochs to train (the last, or a stop)
+        # dev metric first, lower dev loss breaks ties (a perfect dev accuracy can still improve)
+        self._best: tuple[float, float] = (-math.inf, -math.inf)
+        self._best_state: dict | None = None
+        self._bad = 0                      # epochs without improvement
+        self._skips = 0                    # non-finite batches skipped in a row
+        self._start = time.perf_counter()  # minus the seconds trained before a resume
+        self._resume_pos: dict | None = None   # where in an epoch a resumed run continues
+        self._data_epoch = None            # the data order's epoch counter at this epoch's start
 
     def _log(self, record: dict) -> None:
         self.history.append(record)
@@ -75,7 +108,15 @@ class Trainer:
         _reset(self.model)
         merged: dict = {}
         loss_sum, n = 0.0, 0
+        d = self.dist
         for batch in batches:
+            if d is not None:            # this rank's slice; the sums are added up below
+                size = len(batch)
+                n += size
+                lo, hi = d.rows(size)
+                if hi == lo:
+                    continue
+                batch, (share,) = d.shard(batch, [self._units])
             batch = batch.to(self.device)
             out = self.model(batch)
             head = self.model.head
@@ -83,12 +124,122 @@ class Trainer:
                 loss, metrics = head.loss_and_metrics(out, batch)
             else:
                 loss, metrics = self.model.loss(out, batch), head.metrics(out, batch)
-            loss_sum += loss.item() * len(batch)
-            n += len(batch)
+            if d is not None:            # the batch's mean loss is the shares' weighted sum
+                loss_sum += loss.item() * share * size
+            else:
+                loss_sum += loss.item() * len(batch)
+                n += len(batch)
             merge_metrics(merged, metrics)
+        if d is not None:
+            loss_sum = d.all_sum([loss_sum])[0]
+            merged = d.merged(merged)
         if n == 0:
             raise RnnlensError("cannot evaluate on an empty split")
         return {"loss": loss_sum / n, **self.model.head.finalize(merged)}
+
+    # --- checkpoints ------------------------------------------------------------------
+    def _save(self, batches, pos: dict | None) -> None:
+        """A resume checkpoint: after an epoch (pos None) or within one (pos: batches done,
+        the epoch's sums so far)."""
+        from .resume import optimizer_state, prefixed, rng_state
+
+        rng_js, tensors = rng_state()
+        opt_js, opt_t = optimizer_state(self.optimizer)
+        tensors.update(opt_t)
+        tensors.update(prefixed("model.", self.model.state_dict()))
+        if self._best_state is not None:
+            tensors.update(prefixed("best.", self._best_state))
+        carry = getattr(self.model, "_carry", None) if pos else None
+        if self.dist is not None:        # the run's state as one process would hold it
+            if pos is not None:
+                pos = {**pos, "sums": self.dist.merged(pos["sums"])}
+                carry = [self.dist.gather_rows(c) for c in carry] if carry else carry
+            if not self.dist.is_main:
+                return
+        for i, c in enumerate(carry or []):
+            tensors[f"carry.{i}"] = c.detach().cpu().clone()
+        state = {
+            "step": self.step, "epoch": self.epoch if pos is None else pos["epoch"],
+            "batches_done": 0 if pos is None else pos["batches_done"],
+            "finished": self.finished,
+            "data_epoch": (getattr(batches, "epoch", None) if pos is None else self._data_epoch),
+            "sums": None if pos is None else {"loss_sum": pos["loss_sum"], "n": pos["n"], "metrics": pos["sums"]},
+            "carry": len(carry or []),
+            "best": list(self._best), "bad": self._bad, "best_epoch": self.best_epoch, "skips": self._skips,
+            "has_best_state": self._best_state is not None,
+            "history": self.history, "seconds": time.perf_counter() - self._start,
+            "rng": rng_js, "optimizer": opt_js,
+        }
+        self.checkpoints.save(state, tensors)
+
+    def _restore(self, saved, batches) -> None:
+        from .resume import load_optimizer_state, set_rng_state, unprefixed
+
+        s, t = saved.state, saved.tensors
+        try:
+            self.model.load_state_dict(unprefixed("model.", t), strict=True)
+        except RuntimeError as e:
+            first = str(e).strip().splitlines()[0]
+            raise RnnlensError(f"{saved.path} does not fit the model of this config: {first}") from None
+        load_optimizer_state(self.optimizer, s["optimizer"], t)
+        self.step, self.finished = s["step"], s["finished"]
+        self.epoch = s["epoch"] - (1 if s["batches_done"] else 0)     # epochs finished
+        self._best, self._bad, self.best_epoch = tuple(s["best"]), s["bad"], s["best_epoch"]
+        self._skips = s["skips"]
+        self._best_state = unprefixed("best.", t) if s["has_best_state"] else None
+        self.history = list(s["history"])
+        self._start = time.perf_counter() - s["seconds"]
+        if s["data_epoch"] is not None and hasattr(batches, "epoch"):
+            batches.epoch = s["data_epoch"]
+        if s["batches_done"]:
+            sums = s["sums"]
+            self._resume_pos = {"batches_done": s["batches_done"], "loss_sum": sums["loss_sum"], "n": sums["n"],
+                                "sums": sums["metrics"],
+                                "carry": [t[f"carry.{i}"].to(self.device) for i in range(s["carry"])] or None}
+            if self.dist is not None:    # this rank's rows of the carried state; rank 0 holds
+                carry = self._resume_pos["carry"]      # the sums of every rank so far
+                self._resume_pos["carry"] = [c[slice(*self.dist.rows(len(c)))] for c in carry] if carry else None
+                if not self.dist.is_main:
+                    self._resume_pos["sums"] = {}
+        if self.metrics_path is not None:   # the lines logged after the checkpoint go
+            tmp = self.metrics_path.with_name(self.metrics_path.name + ".tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in self.history), encoding="utf-8")
+            tmp.replace(self.metrics_path)
+        set_rng_state(s["rng"], t)
+
+    def _fault(self, what: str, epoch: int) -> None:
+        """A non-finite loss or gradient at this step: stop, or skip the batch and halve lr."""
+        where = f"at step {self.step} (epoch {epoch})"
+        if self.cfg.on_nan == "skip" and self._skips < MAX_SKIPS_IN_A_ROW:
+            self._skips += 1
+            for group in self.optimizer.param_groups:
+                group["lr"] *= 0.5
+            lr = self.optimizer.param_groups[0]["lr"]
+            self._log({"skipped": what, "step": self.step, "epoch": epoch, "lr": lr})
+            from .resume import warn
+            warn(f"{what} {where}; batch skipped, lr halved to {lr:.3g} (train.on_nan: skip)")
+            return
+        if self.cfg.on_nan == "skip":
+            raise RnnlensError(f"{what} {where}, the {MAX_SKIPS_IN_A_ROW + 1}th batch in a row; "
+                               "stopping (lower the learning rate or turn on clipping)")
+        ck = self.checkpoints
+        if ck is not None and ck.last_step is not None:
+            tail = (f"the last good checkpoint (step {ck.last_step}) is kept: continue with "
+                    f"`{ck.hint or 'rnnlens train --resume OUT'} --on-nan skip`, or start again with a "
+                    "lower learning rate")
+        else:
+            tail = "lower the learning rate, turn on clipping, or skip such batches with --on-nan skip"
+        raise RnnlensError(f"{what} {where}; {tail}")
+
+    def _batches(self, batches, skip: int):
+        """This epoch's batches, the first `skip` left out (resuming mid-epoch)."""
+        if not skip:
+            return batches
+        if hasattr(batches, "start"):        # the iterators of rnnlens.data.batching skip cheaply
+            batches.start = skip
+            return batches
+        import itertools
+        return itertools.islice(iter(batches), skip, None)
 
     def _train_epoch(self, epoch: int, batches) -> dict[str, float]:
         from tqdm.auto import tqdm
@@ -96,56 +247,105 @@ class Trainer:
         self.model.train()
         _reset(self.model)
         track = getattr(self.model.head, "train_metrics", True)
-        sums: dict = {}
-        loss_sum, n = 0.0, 0
+        pos, self._resume_pos = self._resume_pos, None
+        sums: dict = pos["sums"] if pos else {}
+        loss_sum, n = (pos["loss_sum"], pos["n"]) if pos else (0.0, 0)
+        skip = pos["batches_done"] if pos else 0
+        if pos and pos["carry"] is not None:
+            self.model._carry = pos["carry"]
+        self._data_epoch = getattr(batches, "epoch", None)
+        every = self.checkpoints.every if self.checkpoints is not None else None
+        check_grad = bool(self.cfg.clip) or self.cfg.on_nan == "skip"
         # Without a terminal (a log file, CI) the bar is off; a line a minute shows progress.
         last_line, total = time.perf_counter(), len(batches) if hasattr(batches, "__len__") else None
-        bar = tqdm(batches, total=total,
+        bar = tqdm(self._batches(batches, skip), total=total, initial=skip,
                    desc=f"epoch {epoch}", disable=None if self.progress else True, leave=False,
                    dynamic_ncols=True, mininterval=0.5)
-        for i, batch in enumerate(bar, 1):
+        d = self.dist
+        for i, batch in enumerate(bar, skip + 1):
+            size = len(batch)                 # the global batch's, under data parallelism
+            mine = True                       # whether this rank's slice holds rows
+            if d is not None:
+                lo, hi = d.rows(size)
+                mine = hi > lo
+                batch, (share, grad_share) = d.shard(batch, [self._units, self._grad_units])
             batch = batch.to(self.device)
             self.step += 1
             self.optimizer.zero_grad(set_to_none=True)
-            out = self.model(batch)
-            loss = self.model.loss(out, batch)
-            if not torch.isfinite(loss):
-                raise RnnlensError(f"loss became {loss.item()} at step {self.step} (epoch {epoch}); "
-                                   "lower the learning rate or turn on clipping")
-            if self.cfg.loss_average == "sentence":   # sum over each sentence's tokens / sentences
-                (loss * (batch.mask.sum() / len(batch))).backward()
+            if d is None:
+                out = self.model(batch)
+                loss = self.model.loss(out, batch)
+            else:                             # in DDP: (output, loss), from the slice
+                out, loss = self._net(batch)
+            # the batch's loss: under data parallelism the shares' sum, the same on every rank
+            value = loss.item() if d is None else d.all_sum([loss.item() * share if share else 0.0])[0]
+            fault = None
+            if not math.isfinite(value):
+                fault = f"loss became {value}"
             else:
-                loss.backward()
-            if self.cfg.clip:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip)
-            self.optimizer.step()
-            loss_sum += loss.item() * len(batch)
-            n += len(batch)
-            if track:
-                with torch.no_grad():
-                    merge_metrics(sums, self.model.head.metrics(out, batch))
+                objective = loss
+                if self.cfg.loss_average == "sentence":   # sum over each sentence's tokens / sentences
+                    objective = loss * (batch.mask.sum() / len(batch))
+                if d is not None:             # DDP averages over ranks: the sum of the shares
+                    objective = objective * (grad_share * d.world)
+                objective.backward()
+                if d is not None and not self._used_checked:
+                    d.check_used(self._net)
+                    self._used_checked = True
+                if check_grad:
+                    norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip or math.inf)
+                    if not torch.isfinite(norm):
+                        fault = f"gradient norm became {norm.item()}"
+            if fault is not None:
+                self._fault(fault, epoch)     # raises, or skips this batch
+                self.optimizer.zero_grad(set_to_none=True)
+            else:
+                self._skips = 0
+                self.optimizer.step()
+                loss_sum += value * size
+                n += size
+                if track and mine:
+                    with torch.no_grad():
+                        merge_metrics(sums, self.model.head.metrics(out, batch))
+            if every and self.step % every == 0 and i != total:
+                self._save(batches, {"epoch": epoch, "batches_done": i, "loss_sum": loss_sum, "n": n, "sums": sums})
             if bar.disable and self.progress and time.perf_counter() - last_line > 60:
                 last_line = time.perf_counter()
                 done = f"{i}/{total}" if total else str(i)
-                print(f"epoch {epoch}: batch {done}, loss {loss_sum / n:.4f}", flush=True)
+                print(f"epoch {epoch}: batch {done}, loss {loss_sum / max(n, 1):.4f}", flush=True)
             if not bar.disable and self.step % 10 == 0:
-                shown = self.model.head.finalize(sums) if track else {}
-                bar.set_postfix(loss=f"{loss_sum / n:.4f}",
+                shown = self.model.head.finalize(sums) if track and sums else {}
+                bar.set_postfix(loss=f"{loss_sum / max(n, 1):.4f}",
                                 **{k: f"{v:.3f}" for k, v in shown.items() if isinstance(v, (int, float))},
                                 refresh=False)
         bar.close()
+        if d is not None and track:
+            sums = d.merged(sums)
         return {"loss": loss_sum / max(n, 1), **(self.model.head.finalize(sums) if track else {})}
 
     def fit(self, train_batches, dev_batches=None) -> list[dict]:
         """Train for cfg.epochs, stopping early when dev `select` stops improving for
-        cfg.patience epochs; the best epoch's weights are restored at the end."""
+        cfg.patience epochs; the best epoch's weights are restored at the end. With
+        checkpoints, the state is saved after every epoch (and every `every` steps), and a
+        run with `checkpoints.resume` continues where that checkpoint left off."""
         self.model.to(self.device)
-        # Dev metric first, lower dev loss breaks ties (a perfect dev accuracy can still improve).
-        best, best_state, bad = (-math.inf, -math.inf), None, 0
         name, direction = self.select
         sign = 1.0 if direction == "max" else -1.0
-        start = time.perf_counter()
-        for epoch in range(1, self.cfg.epochs + 1):
+        d = self.dist
+        if d is not None:
+            if self.cfg.batch_size < d.world:
+                raise RnnlensError(f"train.batch_size {self.cfg.batch_size} is the global batch, shared by "
+                                   f"{d.world} processes: it must be at least {d.world}")
+            self._net = d.wrap(self.model, self.device)
+        if self.checkpoints is not None and self.checkpoints.resume is not None:
+            self._restore(self.checkpoints.resume, train_batches)
+        else:
+            self._start = time.perf_counter()
+        if d is not None and d.rank:          # dropout masks of its own on every rank
+            torch.manual_seed(self.cfg.seed + 1_000_003 * d.rank + self.step)
+        epoch = self.epoch
+        while not self.finished and epoch < self.cfg.epochs:
+            epoch += 1
             t0 = time.perf_counter()
             train = self._train_epoch(epoch, train_batches)
             record = {"epoch": epoch, "step": self.step, **{f"train_{k}": v for k, v in train.items()}}
@@ -156,11 +356,11 @@ class Trainer:
             else:
                 score = (-train["loss"], 0.0)
             record["seconds"] = round(time.perf_counter() - t0, 3)
-            if score > best:
-                best, bad, self.best_epoch = score, 0, epoch
-                best_state = copy.deepcopy(self.model.state_dict())
+            if score > self._best:
+                self._best, self._bad, self.best_epoch = score, 0, epoch
+                self._best_state = copy.deepcopy(self.model.state_dict())
             else:
-                bad += 1
+                self._bad += 1
                 if self.cfg.lr_decay < 1.0:
                     for group in self.optimizer.param_groups:
                         group["lr"] *= self.cfg.lr_decay
@@ -174,17 +374,22 @@ class Trainer:
                 shown = " ".join(f"{k}={v:.4f}" for k, v in record.items()
                                  if isinstance(v, float) and k not in ("seconds", "lr"))
                 print(f"epoch {epoch}: {shown}", flush=True)
-            if bad >= self.cfg.patience:
-                break
+            stop = self._bad >= self.cfg.patience
             limit = self.cfg.time_limit
-            if limit is not None and epoch < self.cfg.epochs:
-                spent = time.perf_counter() - start
+            if not stop and limit is not None and epoch < self.cfg.epochs:
+                spent = time.perf_counter() - self._start
+                if d is not None:             # rank 0's clock decides for all
+                    spent = d.all_sum([spent if d.is_main else 0.0])[0]
                 # stop when the next epoch, at the mean pace so far, would end past the limit
                 if spent + spent / epoch > limit:
                     self._log({"stopped": "time_limit", "after_epoch": epoch, "seconds_spent": round(spent, 3)})
                     if self.progress:
                         print(f"stopping after epoch {epoch}: time limit {limit:g} s", flush=True)
-                    break
-        if best_state is not None:
-            self.model.load_state_dict(best_state)
+                    stop = True
+            self.epoch = epoch
+            self.finished = stop or epoch >= self.cfg.epochs
+            if self.checkpoints is not None:
+                self._save(train_batches, None)
+        if self._best_state is not None:
+            self.model.load_state_dict(self._best_state)
         return self.history

@@ -66,7 +66,7 @@ def read_metrics(path: Path) -> tuple[list[dict], dict | None, list[str]]:
             continue
         try:
             r = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             notes.append(f"metrics.jsonl line {no} is not JSON; skipped")
             continue
         if not isinstance(r, dict):
