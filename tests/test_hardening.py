@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from rnnlens.cli import main
 from rnnlens.errors import RnnlensError
@@ -270,7 +271,9 @@ def untrained_checkpoint(path: Path, task="classify", labels=("negative", "posit
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
-    return {"clf": untrained_checkpoint(root / "clf"),
+    torch.manual_seed(1)
+    twin = untrained_checkpoint(root / "twin", words=WORDS[:-1] + ["other"])   # same shapes, other weights and words
+    return {"clf": untrained_checkpoint(root / "clf"), "twin": twin,
             "clf3": untrained_checkpoint(root / "clf3", labels=("a", "b", "c"), words=WORDS + ["more"], hidden_size=6),
             "lm": untrained_checkpoint(root / "lm", task="lm", labels=None, data={"sentence_level": True},
                                        cell="lstm", memory="rm", memory_size=3)}
@@ -321,6 +324,9 @@ BAD_CHECKPOINTS = {
     "weights-and-vocab-exchanged": (lambda d, m: ((d / "t").write_bytes((d / ST).read_bytes()),
                                                   shutil.move(d / VJ, d / ST), shutil.move(d / "t", d / VJ)),
                                     [VJ, "cannot read vocabulary"]),
+    # a file of a model with the same sizes: only the hashes in config.json tell
+    "weights-of-a-same-shape-model": (lambda d, m: shutil.copy(m["twin"] / ST, d / ST), [ST, "does not belong"]),
+    "vocab-of-a-same-size-model": (lambda d, m: shutil.copy(m["twin"] / VJ, d / VJ), [VJ, "does not belong"]),
     # vocabulary / checkpoint mismatch within the folder
     "vocab-size-edited": (lambda d, m: _edit_config(d, lambda c: c.update(vocab_size=12)), [VJ, "10 tokens", "12"]),
     "labels-edited": (lambda d, m: _edit_config(d, lambda c: c.update(labels=["a", "b", "c"])),

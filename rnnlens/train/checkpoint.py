@@ -30,13 +30,26 @@ def save_checkpoint(path: str | Path, model: torch.nn.Module, cfg: Config, vocab
     from safetensors.torch import save_model
 
     path = Path(path)
-    meta = {"format": FORMAT, "task": task, "labels": labels, "vocab_size": len(vocab), "notes": notes or [],
-            "tokenizer": Tokenizer(lowercase=cfg.data.lowercase).to_dict(), "config": cfg.to_dict()}
-    (path / "config.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
     vocab.save(path / "vocab.json")
     # save_model drops the duplicates of tied weights (a tied LM shares its embedding).
     save_model(model.cpu(), str(path / "model.safetensors"), metadata={"format": FORMAT})
+    meta = {"format": FORMAT, "task": task, "labels": labels, "vocab_size": len(vocab), "notes": notes or [],
+            "tokenizer": Tokenizer(lowercase=cfg.data.lowercase).to_dict(), "config": cfg.to_dict(),
+            # what load_checkpoint checks: a vocab.json or weights file of another model (even
+            # one of the same size and architecture) is refused
+            "sha256": {name: file_sha256(path / name) for name in ("vocab.json", "model.safetensors")}}
+    (path / "config.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
     (path / "metrics.jsonl").touch()
+
+
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def load_checkpoint(path: str | Path, device: str = "cpu"):
@@ -122,6 +135,16 @@ def load_checkpoint(path: str | Path, device: str = "cpu"):
         detail = lines[1] if len(lines) > 1 and lines[0].startswith("Error(s) in loading") else lines[0]
         raise RnnlensError(f"{weights_path} does not match {config_path.name}: {detail}") from None
     model.to(device).eval()
+    # Every file parsed and fits the config; a hash that differs now means a file of another
+    # model of the same shape (or an edited one), which nothing above can see.
+    sums = meta.get("sha256")            # absent in checkpoints written before it was added
+    if sums is not None:
+        if not isinstance(sums, dict):
+            raise RnnlensError(f"{config_path}: 'sha256' must map file names to hashes")
+        for target in (vocab_path, weights_path):
+            if target.name in sums and file_sha256(target) != sums[target.name]:
+                raise RnnlensError(f"{target} does not belong to this model: its sha256 differs from the one "
+                                   f"{config_path.name} recorded (a file of another model, or an edited one)")
     return model, cfg, vocab, meta
 
 
