@@ -33,7 +33,8 @@ def list_text(data_dir: Path | None) -> str:
         ctx = Context(out=Path("."), data_dir=data_dir)
         gone = sorted({d for r in t.rows for d in missing_data(ctx, r)})
         absent = sorted({m for r in t.rows for m in r.extra.get("missing") or []})
-        runnable = sum(1 for r in t.rows if (r.config or r.extra.get("base_config") or t.kind != "train")
+        runnable = sum(1 for r in t.rows if (r.config or r.extra.get("base_config") or t.kind == "polarity-table"
+                                             or r.key == "majority_baseline")
                        and not r.extra.get("missing") and not missing_data(ctx, r))
         out.append(f"{t.id}  ({t.paper}, {t.source}; {len(t.rows)} rows, {runnable} runnable here)")
         out.append(f"    {t.title}")

@@ -17,6 +17,7 @@ def _runs(ctx: Context, row: Row, fn):
         run = train_or_reuse(ctx, row.config or row.extra["base_config"], ctx.seed0 + s, row.extra.get("overrides"))
         res.values.append(fn(run))
         res.seconds += run.seconds
+        res.runs[str(run.path)] = round(run.seconds, 1)
         res.budget = budget_text(run.cfg)
         res.data_used = data_used_text(run.cfg)
     return res
@@ -241,6 +242,7 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
         group, form = row.extra["group"], row.extra["form"]
         res.values.append(float(summary["table"][group][form]["mean"]))
         res.seconds += float(summary.get("seconds", 0.0))
+        res.runs[str(path)] = round(float(summary.get("seconds", 0.0)), 1)
         epochs = 1 if ctx.tiny else Config().train.epochs
         res.budget = (f"the demo: {epochs} epochs max (best {summary.get('best_epoch')}), 4,120 sentences, "
                       f"hidden {summary['model']['hidden_size']}")

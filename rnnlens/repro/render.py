@@ -144,6 +144,6 @@ def to_json(table: Table, results: list[RowResult], ctx: Context) -> str:
                        "tiny": ctx.tiny, "seeds": ctx.seeds, "metric": table.metric, "tolerance": table.tolerance,
                        "rows": [{"label": r.row.label, "status": r.status, "values": r.values, "paper": r.row.paper,
                                  "budget": r.budget, "data_used": r.data_used, "note": r.note,
-                                 "seconds": round(r.seconds, 1)} for r in results],
+                                 "seconds": round(r.seconds, 1), "runs": r.runs} for r in results],
                        "lines": [{k: v for k, v in line.items() if k not in ("digits", "row_id")}
                                  for line in lines_of(table, results)]}, indent=2)

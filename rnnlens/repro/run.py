@@ -62,6 +62,7 @@ class RowResult:
     seconds: float = 0.0
     checks: list = field(default_factory=list)   # (what, our value as text, passed: bool | None)
     check_prefix: str | None = None                # the checks' label prefix (default: the row's label)
+    runs: dict = field(default_factory=dict)      # run folder -> its training seconds
 
 
 # --- data and runs ---------------------------------------------------------------------
@@ -218,6 +219,7 @@ def run_train_row(ctx: Context, table: Table, row: Row) -> RowResult:
                              row.extra.get("overrides"))
         res.values.append(metric_value(table, row, run.test))
         res.seconds += run.seconds
+        res.runs[str(run.path)] = round(run.seconds, 1)
         res.budget = budget_text(run.cfg)
         res.data_used = data_used_text(run.cfg)
     return res

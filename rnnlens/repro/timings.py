@@ -3,9 +3,9 @@
 
     python -m rnnlens.repro.timings OUT_DIR [OUT_DIR ...]
 
-Per table and budget: the sum over its rows of their runs' wall time (a run reused from
-another table counts its own training time again: what the table costs from scratch) and
-how many of the table's rows were run. Tiny (smoke) outputs are ignored.
+Per table and budget: the training time of the distinct runs its rows used (a run reused
+from another table counts its own training time again: what the table costs from scratch)
+and how many of the table's rows were run. Tiny (smoke) outputs are ignored.
 """
 from __future__ import annotations
 
@@ -32,9 +32,12 @@ def collect(folders: list[Path], current: dict | None = None) -> dict:
             ran = [r for r in d["rows"] if r["status"] == "ok"]
             if not ran:
                 continue
+            runs: dict = {}
+            for r in ran:
+                runs.update(r.get("runs") or {})
             entry = out.setdefault(d["table"], {})
-            entry[d["budget"]] = round(sum(r.get("seconds", 0.0) for r in ran), 1)
-            entry[f"{d['budget']}_rows"] = f"{len(ran)} of {len(d['rows'])}"
+            entry[d["budget"]] = round(sum(runs.values()), 1)
+            entry[f"{d['budget']}_rows"] = f"{len(ran)} of {len(tables[d['table']].rows)}"
     return out
 
 
