@@ -446,11 +446,17 @@ class URN(_WordMatrixCell):
         """One exponential per distinct row of x (`_unique`), or per position in eval mode
         when gradients w.r.t. x are recorded, or when unique_rows is False. Pad rows are
         zeroed first: they share one Q = I and carry no gradient."""
-        if mask is not None:
-            x = torch.where(mask[..., None], x, torch.zeros((), dtype=x.dtype, device=x.device))
-        if self.unique_rows and (self.training or not (torch.is_grad_enabled() and x.requires_grad)):
+        x, group = self._prepare(x, mask)
+        if group:
             return self._unique(x)
         return self._per_position(x), None
+
+    def _prepare(self, x, mask):
+        """(x with pad rows zeroed, whether equal rows share one exponential) for `_table`
+        and `_factors`."""
+        if mask is not None:
+            x = torch.where(mask[..., None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+        return x, self.unique_rows and (self.training or not (torch.is_grad_enabled() and x.requires_grad))
 
     def _factors(self, x, mask):
         """The scan's low-rank path (where `truncated_matrix_exp` would be used): per distinct
@@ -460,11 +466,10 @@ class URN(_WordMatrixCell):
         (1 thread, B 512, T 21, 50 units, k 3) in benchmarks/urn.py."""
         if not (self._low_rank() and self.low_rank_scan):
             return None
-        if mask is not None:
-            x = torch.where(mask[..., None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+        x, group = self._prepare(x, mask)
         B, T, E = x.shape
         flat = x.reshape(B * T, E)
-        if self.unique_rows and (self.training or not (torch.is_grad_enabled() and x.requires_grad)) and B * T:
+        if group and B * T:
             first, inv = distinct_rows(flat.detach())
             R = self._rows_of_T(flat[first])
             phi = truncated_expm_factor(R)

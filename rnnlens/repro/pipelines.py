@@ -7,20 +7,7 @@ from pathlib import Path
 
 from ..errors import RnnlensError
 from . import Row, Table
-from .run import Context, RowResult, budget_text, data_used_text, kind, train_or_reuse
-
-
-def _runs(ctx: Context, row: Row, fn):
-    """Train or reuse the row's run per seed, fn(run) -> value; a RowResult."""
-    res = RowResult(row)
-    for s in range(ctx.seeds):
-        run = train_or_reuse(ctx, row.config or row.extra["base_config"], ctx.seed0 + s, row.extra.get("overrides"))
-        res.values.append(fn(run))
-        res.seconds += run.seconds
-        res.runs[str(run.path)] = round(run.seconds, 1)
-        res.budget = budget_text(run.cfg)
-        res.data_used = data_used_text(run.cfg)
-    return res
+from .run import Context, RowResult, kind, per_seed
 
 
 def _load(run):
@@ -57,7 +44,7 @@ def dyck_row(ctx: Context, table: Table, row: Row) -> RowResult:
         return _dyck_majority(ctx, row)
     if row.config is None:
         return RowResult(row, status="no config", note=row.note)
-    res = _runs(ctx, row, lambda run: _errors(run.test["test_by_attractors"]))
+    res = per_seed(ctx, row, lambda run: _errors(run.test["test_by_attractors"]))
     tol = row.extra.get("tolerance") or {}
     if tol.get("no_upward_trend") and res.values:
         worst = max(max(v.values()) for v in res.values)
@@ -86,7 +73,7 @@ def _dyck_majority(ctx: Context, row: Row) -> RowResult:
 
 @kind("crossserial-by-length")
 def crossserial_row(ctx: Context, table: Table, row: Row) -> RowResult:
-    res = _runs(ctx, row, lambda run: _errors(run.test["test_by_length"]))
+    res = per_seed(ctx, row, lambda run: _errors(run.test["test_by_length"]))
     if res.values:
         mean = sum(sum(v.values()) / max(len(v), 1) for v in res.values) / len(res.values)
         res.checks.append(("mean error over lengths", f"{mean:.3f}", None))
@@ -98,7 +85,7 @@ def agreement_row(ctx: Context, table: Table, row: Row) -> RowResult:
     """The supervised setup reads test_by_attractors; eval "lm-agreement" runs the
     language-model test on the row's test set (a path under --data-dir)."""
     if row.extra.get("eval") != "lm-agreement":
-        return _runs(ctx, row, lambda run: {k: float(v["accuracy"]) for k, v in
+        return per_seed(ctx, row, lambda run: {k: float(v["accuracy"]) for k, v in
                                             sorted(run.test["test_by_attractors"].items(), key=lambda kv: int(kv[0]))
                                             if v.get("n")})
 
@@ -112,7 +99,7 @@ def agreement_row(ctx: Context, table: Table, row: Row) -> RowResult:
                     if v.get("n") and int(k) >= 0})
         return out
 
-    return _runs(ctx, row, lm_eval)
+    return per_seed(ctx, row, lm_eval)
 
 
 # --- the unitary analysis -------------------------------------------------------------------
@@ -145,7 +132,7 @@ def unitary_row(ctx: Context, table: Table, row: Row) -> RowResult:
             raise RnnlensError(f"{table.id}: no {row.label!r} in the unitary analysis")
         return float(found[0]["average_effect"])
 
-    res = _runs(ctx, row, effect)
+    res = per_seed(ctx, row, effect)
     limit = (table.tolerance or {}).get("max_pairs_mean_effect")
     if row.extra.get("item") == "pair" and limit is not None and row.label == _last_pair(table):
         means = [r.get("pairs_mean_effect") for k, r in _UNITARY.items() if k[1] == table.id]
@@ -196,7 +183,7 @@ def negation_row(ctx: Context, table: Table, row: Row) -> RowResult:
         out["_counts"] = {"positive": len(adj.positive), "negative": len(adj.negative)}
         return out
 
-    res = _runs(ctx, row, medians)
+    res = per_seed(ctx, row, medians)
     for v in res.values:
         flips, counts = v.pop("_flips"), v.pop("_counts")
         res.note = (f"{counts['positive']} positive / {counts['negative']} negative adjectives "
@@ -241,7 +228,6 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
         _DEMOS[(cell, seed)] = summary
         group, form = row.extra["group"], row.extra["form"]
         res.values.append(float(summary["table"][group][form]["mean"]))
-        res.seconds += float(summary.get("seconds", 0.0))
         res.runs[str(path)] = round(float(summary.get("seconds", 0.0)), 1)
         epochs = 1 if ctx.tiny else Config().train.epochs
         res.budget = (f"the demo: {epochs} epochs max (best {summary.get('best_epoch')}), 4,120 sentences, "

@@ -59,10 +59,13 @@ class RowResult:
     budget: str = ""
     data_used: str = ""
     note: str = ""
-    seconds: float = 0.0
     checks: list = field(default_factory=list)   # (what, our value as text, passed: bool | None)
     check_prefix: str | None = None                # the checks' label prefix (default: the row's label)
     runs: dict = field(default_factory=dict)      # run folder -> its training seconds
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.runs.values())
 
 
 # --- data and runs ---------------------------------------------------------------------
@@ -210,19 +213,23 @@ def _scaled(v, scale):
     return None if v is None else float(v) * scale
 
 
-@kind("train")
-def run_train_row(ctx: Context, table: Table, row: Row) -> RowResult:
-    """Train the row's config per seed and read the table's metric from the test record."""
+def per_seed(ctx: Context, row: Row, fn) -> RowResult:
+    """Train or reuse the row's run for each seed; its values are fn(run)."""
     res = RowResult(row)
     for s in range(ctx.seeds):
         run = train_or_reuse(ctx, row.config or row.extra["base_config"], ctx.seed0 + s,
                              row.extra.get("overrides"))
-        res.values.append(metric_value(table, row, run.test))
-        res.seconds += run.seconds
+        res.values.append(fn(run))
         res.runs[str(run.path)] = round(run.seconds, 1)
         res.budget = budget_text(run.cfg)
         res.data_used = data_used_text(run.cfg)
     return res
+
+
+@kind("train")
+def run_train_row(ctx: Context, table: Table, row: Row) -> RowResult:
+    """Train the row's config per seed and read the table's metric from the test record."""
+    return per_seed(ctx, row, lambda run: metric_value(table, row, run.test))
 
 
 def data_used_text(cfg) -> str:
