@@ -209,3 +209,31 @@ def test_the_scan_never_forms_n_by_n_matrices_on_the_low_rank_path(monkeypatch):
     monkeypatch.setattr(unitary, "matrix_exp", lambda S: (sizes.append(S.shape[-1]), real(S))[1])
     out, _ = cell(x)
     assert max_diff(out, dense) < 1e-5 and max(sizes, default=0) < n
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("train", [False, True])
+def test_truncated_urn_on_cuda_matches_the_cpu(train):
+    """The k-truncated URN (the fast exponential in eval, the low-rank scan with dropout on the
+    word vectors in training) on a GPU against the same cell on the CPU: float64 outputs,
+    final states and gradients w.r.t. the word vectors."""
+    n, k = 50, 3
+    torch.manual_seed(0)
+    cell = URN(triangle_size(n, k), n, truncation=k).double().train(train)
+    cell.recurrent_dropout = 0.3 if train else 0.0
+    g = torch.Generator().manual_seed(7)
+    m_x = torch.bernoulli(torch.full((4, cell.input_size), 0.7, dtype=torch.float64), generator=g) / 0.7
+    x = ((torch.rand(4, 9, cell.input_size, generator=g, dtype=torch.float64) * 2 - 1) * 0.3)
+    mask = torch.arange(9)[None] < torch.tensor([9, 5, 1, 7])[:, None]
+    w = torch.randn(4, 9, n, generator=g, dtype=torch.float64)
+    results = []
+    for device in ("cpu", "cuda"):
+        c = cell.to(device)
+        if train:
+            c._dropout_masks = lambda B, n_, x_, d=device: (m_x.to(d), None, torch.ones(B, n_, dtype=torch.float64, device=d))
+        xd = x.to(device).requires_grad_(True)
+        out, final = c(xd, mask.to(device))
+        gx, = torch.autograd.grad((out * w.to(device)).sum() + final.sum(), xd)
+        results.append([t.detach().cpu() for t in (out, final, gx)])
+    for a, b in zip(*results):
+        assert max_diff(a, b) < 1e-10 * max(1.0, a.abs().max().item())
