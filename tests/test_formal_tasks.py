@@ -377,3 +377,29 @@ def test_agreement_lm_eval_with_a_tiny_trained_lm(tmp_path, shared_data):
     assert [sum(it.attractors == a for it in items) for a in (0, 1, 2)] == [330, 70, 10]
     lin = read_agreement_testset(shared_data / "agreement" / "linzen_testset")
     assert sum(it.attractors == 4 for it in lin) == 330 and lin[1].correct == "have"
+
+
+def test_train_select_picks_the_epoch_by_the_named_dev_metric(tmp_path, capsys):
+    """train.select peak_attractor_error (minimised: the name ends in "error") keeps the epoch
+    whose dev peak error is lowest (ties: lower dev loss); a metric the dev split lacks is a
+    one-line error with exit code 2, and a malformed spec is refused before training."""
+    from rnnlens.cli import main
+    tiny = ["train", "--task", "dyck", "--train-size", "512", "--dev-size", "128", "--test-size", "128",
+            "--cell", "lstm", "--embedding-dim", "8", "--hidden-size", "8", "--epochs", "4", "--patience", "4",
+            "--batch-size", "128", "--optimizer", "adam", "--lr", "0.03", "--quiet"]
+    out = tmp_path / "sel"
+    assert main([*tiny, "--select", "peak_attractor_error", "--out", str(out)]) == 0
+    epochs = [r for r in read_metrics(out) if "epoch" in r]
+    best = min(epochs, key=lambda r: (r["dev_peak_attractor_error"], r["dev_loss"]))
+    assert epochs[-1]["best_epoch"] == best["epoch"]
+    assert json.loads((out / "config.json").read_text())["config"]["train"]["select"] == "peak_attractor_error"
+    capsys.readouterr()
+    for spec, words in (("no_such_metric", "no 'no_such_metric'"), ("accuracy:upward", "must be a metric name")):
+        try:
+            code = main([*tiny, "--select", spec, "--out", str(tmp_path / spec.replace(":", "-"))])
+        except SystemExit as e:
+            code = e.code
+        assert code == 2
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert not (tmp_path / spec.replace(":", "-")).exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -115,6 +116,10 @@ class TrainConfig:
                                       # the scale at which SGD with lr 1 is tuned); sentence-level only
     checkpoint_every: int | None = None   # `rnnlens train`: a resumable checkpoint every this many steps
                                       # (one is always written after each epoch); see --resume
+    select: str | None = None         # the dev metric that picks the best epoch (and early stopping):
+                                      # "name", "name:min" or "name:max" (e.g. peak_attractor_error:min);
+                                      # None: the head's own (accuracy, perplexity, ...). Without a
+                                      # suffix, loss, perplexity and *error are minimised, the rest maximised
     on_nan: str = "stop"              # a NaN/infinite loss or gradient: "stop" with an error naming the
                                       # step (the last checkpoint is kept), or "skip" the batch and halve lr
 
@@ -179,6 +184,8 @@ class Config:
         need(m.adaptive_softmax is None or list(m.adaptive_softmax) == sorted(set(m.adaptive_softmax)),
              "model.adaptive_softmax cutoffs must be increasing")
         need(0.0 < t.lr_decay <= 1.0, "train.lr_decay must be in (0, 1]")
+        need(t.select is None or re.fullmatch(r"[A-Za-z_][\w.]*(:(min|max))?", t.select) is not None,
+             f"train.select {t.select!r} must be a metric name, optionally followed by :min or :max")
         need(m.clamp is None or m.clamp > 0, "model.clamp must be positive")
         need(m.window >= 1, "model.window must be >= 1")
         need(t.threads is None or t.threads >= 1, "train.threads must be >= 1")
@@ -230,6 +237,15 @@ class Config:
              f"data.corpus {dcfg.corpus!r} is not one of {', '.join(['polarity', 'tsv', *DATASETS])}")
         need(dcfg.corpus != "tsv" or bool(dcfg.train_file), "data.corpus 'tsv' needs data.train_file")
         need(dcfg.min_count >= 1, "data.min_count must be >= 1")
+
+
+def parse_select(spec: str) -> tuple[str, str]:
+    """train.select "name[:min|max]" -> (name, direction); without a direction, loss, perplexity
+    and names ending in "error" are minimised, anything else maximised."""
+    name, _, direction = spec.partition(":")
+    if not direction:
+        direction = "min" if name in ("loss", "perplexity") or name.endswith("error") else "max"
+    return name, direction
 
 
 def merge(base: dict, over: dict) -> dict:

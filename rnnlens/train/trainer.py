@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import RnnlensError
-from .config import TrainConfig
+from .config import TrainConfig, parse_select
 
 
 def seed_everything(seed: int) -> None:
@@ -67,7 +67,8 @@ class Trainer:
         self.metrics_path = Path(metrics_path) if metrics_path and (dist is None or dist.is_main) else None
         self.progress = progress
         # (metric, "max" | "min"): what early stopping and the best checkpoint follow
-        self.select = select or getattr(model.head, "select", ("accuracy", "max"))
+        self.select = select or (parse_select(cfg.select) if cfg.select
+                                 else getattr(model.head, "select", ("accuracy", "max")))
         if dist is not None:
             from .distributed import loss_units, rank_device
 
@@ -352,6 +353,9 @@ class Trainer:
             if dev_batches is not None:
                 dev = self.evaluate(dev_batches)
                 record.update({f"dev_{k}": v for k, v in dev.items()})
+                if name not in dev:
+                    raise RnnlensError(f"train.select: the dev metrics have no {name!r}; they are "
+                                       f"{', '.join(sorted(k for k, v in dev.items() if isinstance(v, (int, float))))}")
                 score = (sign * dev[name], -dev["loss"])
             else:
                 score = (-train["loss"], 0.0)
