@@ -156,6 +156,21 @@ def test_cli_writes_md_html_json_and_reuses_runs(tmp_path, capsys):
     assert main(args) == 0                                              # reused, not retrained
     assert (out / "runs" / runs[0] / "metrics.jsonl").stat().st_mtime == stamp
     assert "highest error over attractor counts" in (out / "urn-dyck.md").read_text()
+    # a run whose saved settings differ from the config's (an edited config) is trained again;
+    # settings that do not change the result (threads, time limit) do not count
+    cfg_file = out / "runs" / runs[0] / "config.json"
+    saved = json.loads(cfg_file.read_text())
+    saved["config"]["train"]["threads"] = 7
+    cfg_file.write_text(json.dumps(saved))
+    loud = [a for a in args if a != "--quiet"]
+    capsys.readouterr()
+    assert main(loud) == 0 and "reusing" in capsys.readouterr().err
+    assert (out / "runs" / runs[0] / "metrics.jsonl").stat().st_mtime == stamp
+    saved["config"]["train"]["lr"] = 0.5
+    cfg_file.write_text(json.dumps(saved))
+    assert main(loud) == 0
+    assert "trained with other settings (train.lr (0.5 -> " in capsys.readouterr().err
+    assert json.loads(cfg_file.read_text())["config"]["train"]["lr"] != 0.5     # retrained with the config's
 
 
 @pytest.mark.parametrize("argv,msg", [

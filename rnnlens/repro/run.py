@@ -131,6 +131,7 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     atomically: a killed run leaves no half folder)."""
     from ..train.checkpoint import output_dir
     from ..train.config import Config
+    from ..train.resume import config_differences
     from ..train.run import train_run
 
     cfg = row_config(ctx, config)
@@ -145,9 +146,14 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     path = ctx.out / "runs" / f"{stem}-{tag}-seed{seed}"
     test = _test_record(path)
     if test is not None:
-        info = _read_json(path / "repro.json") or {}
-        ctx.log(f"reusing {path}")
-        return Run(test, cfg, path, float(info.get("seconds", 0.0)))
+        saved = (_read_json(path / "config.json") or {}).get("config")
+        changed = config_differences(saved, cfg.to_dict()) if isinstance(saved, dict) else ["no config.json"]
+        if not changed:
+            info = _read_json(path / "repro.json") or {}
+            ctx.log(f"reusing {path}")
+            return Run(test, cfg, path, float(info.get("seconds", 0.0)))
+        ctx.log(f"{path} was trained with other settings ({'; '.join(changed[:3])}"
+                f"{'; ...' if len(changed) > 3 else ''}): training it again")
     ctx.log(f"training {config} (seed {seed}, budget {tag}) -> {path}")
     t0 = time.perf_counter()
     with output_dir(path, force=True) as tmp:
