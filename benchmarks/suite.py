@@ -164,11 +164,13 @@ def _cells_job(name, length, s, chunk=None, batch=None, repeats=None, warmup=Non
 
 def run_suite(out: str | Path | None = None, quick: bool = False, device: str = "cpu", threads: int | None = None,
               cells: list[str] | None = None, parts: list[str] | None = None,
-              memory_budget_gb: float | None = None, log=None) -> str:
+              memory_budget_gb: float | None = None, log=None, time_limit: float | None = None) -> str:
     """Run the suite and write the markdown report to `out` (default benchmarks/RESULTS.md, or
     RESULTS-quick.md with quick); returns its text. `cells` limits the cells timed (default:
     every registered cell; with quick, the ones the targets name), `parts` the measurements
-    (speed, long, urn, lm, memory, ngrams, stream, scan; default all). `threads`: torch threads
+    (speed, long, urn, lm, memory, ngrams, stream, scan; default all). `time_limit` (seconds):
+    no measurement starts once it is spent; the ones left are reported as not run and the
+    file is written all the same (what was measured is kept). `threads`: torch threads
     in every measurement (default 2; 1 with quick, whose tiny operations only lose to a second
     thread's synchronisation, badly so on a busy machine)."""
     import torch
@@ -220,7 +222,12 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
                                                     "repeats": s["repeats"], "warmup": s["warmup"]}}
                         for sr in g["semirings"] for T in g["lengths"]]
 
+    not_run: list[str] = []
+
     def run(jobs: list[dict], label: str) -> list:
+        if time_limit is not None and time.perf_counter() - t0 > time_limit:
+            not_run.append(label)
+            return [{"error": f"not run (--time-limit {time_limit:g} s spent)"} for _ in jobs]
         log(f"  {label}")
         return run_jobs(jobs, threads, device)
 
@@ -241,7 +248,7 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
         res["memory"] = _memory(cells, s, res.get("speed", []), memory_budget_gb, quick, run)
     seconds = time.perf_counter() - t0
     text = report(res, quick=quick, device=device, threads=threads, started=started, seconds=seconds,
-                  load=(load0, os.getloadavg()[0]))
+                  load=(load0, os.getloadavg()[0]), not_run=not_run)
     out = Path(out) if out else HERE / ("RESULTS-quick.md" if quick else "RESULTS.md")
     out.write_text(text, encoding="utf-8")
     log(f"wrote {out}")
@@ -360,7 +367,7 @@ def targets(res: dict) -> list[tuple[str, str, str, str]]:
 
 
 def report(res: dict, quick: bool, device: str, threads: int, started: str, seconds: float,
-           load: tuple[float, float]) -> str:
+           load: tuple[float, float], not_run: list[str] | None = None) -> str:
     import torch
 
     from . import cells as cells_mod
@@ -387,6 +394,8 @@ def report(res: dict, quick: bool, device: str, threads: int, started: str, seco
         f"- 1-minute load average: {load[0]:.2f} before, {load[1]:.2f} after the run ({os.cpu_count()} CPUs; "
         f"the benchmark itself adds about {threads})"
         + (" -- WARNING: other work was running; the numbers are not trustworthy" if busy else ""),
+        *([f"- INCOMPLETE: the time limit was spent; {len(not_run)} measurement(s) not run: "
+           + "; ".join(x.strip() for x in not_run)] if not_run else []),
         "",
         "## Targets (issue 9)",
         "",
@@ -508,14 +517,18 @@ def main(argv=None) -> int:
     p.add_argument("--memory-budget-gb", type=float, default=None,
                    help="skip length-4096 memory runs estimated above this (default: half the available memory)")
     p.add_argument("--out", help="markdown file to write (default benchmarks/RESULTS.md, --quick: RESULTS-quick.md)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="start no measurement after this many seconds; the report marks the rest as not run")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.time_limit is not None and args.time_limit <= 0:
+        p.error("--time-limit must be a positive number of seconds")
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker), args.threads or 2, args.device)))
         return 0
     try:
         text = run_suite(args.out, quick=args.quick, device=args.device, threads=args.threads, cells=args.cells,
-                         parts=args.parts, memory_budget_gb=args.memory_budget_gb)
+                         parts=args.parts, memory_budget_gb=args.memory_budget_gb, time_limit=args.time_limit)
     except ValueError as e:
         p.error(str(e))
     print(text)

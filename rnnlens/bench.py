@@ -85,7 +85,8 @@ def run_bench(cell: str = "gru", hidden: int = 128, batch: int = 32, length: int
     return rows
 
 
-def run_suite(quick: bool = False, device: str = "cpu", out: str | None = None, threads: int | None = None) -> str:
+def run_suite(quick: bool = False, device: str = "cpu", out: str | None = None, threads: int | None = None,
+              time_limit: float | None = None) -> str:
     """`rnnlens bench --all`: benchmarks/suite.py's run (every cell and analysis against its
     reference, benchmarks/RESULTS.md). The suite ships with the repository, not the package:
     this finds it beside an editable install, or in the working directory."""
@@ -102,6 +103,6 @@ def run_suite(quick: bool = False, device: str = "cpu", out: str | None = None, 
     from benchmarks.suite import run_suite as suite
 
     try:
-        return suite(out, quick=quick, device=device, threads=threads)
+        return suite(out, quick=quick, device=device, threads=threads, time_limit=time_limit)
     except ValueError as e:
         raise RnnlensError(str(e)) from e

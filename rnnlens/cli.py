@@ -172,7 +172,10 @@ def cmd_bench(args) -> int:
     from .bench import run_bench, run_suite
 
     if args.all:
-        print(run_suite(quick=args.quick, device=args.device, out=args.out, threads=args.threads))
+        if args.time_limit is not None and args.time_limit <= 0:
+            raise RnnlensError("--time-limit must be a positive number of seconds")
+        print(run_suite(quick=args.quick, device=args.device, out=args.out, threads=args.threads,
+                        time_limit=args.time_limit))
         return 0
     run_bench(cell=args.cell, hidden=args.hidden, batch=args.batch, length=args.length, steps=args.steps)
     return 0
@@ -558,6 +561,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--device", default="cpu", help="--all: cpu or cuda")
     b.add_argument("--threads", type=int, default=None, help="--all: torch threads (default 2; --quick: 1)")
     b.add_argument("--out", help="--all: the markdown file to write")
+    b.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="--all: start no measurement after this many seconds (the report marks the rest not run)")
     b.set_defaults(func=cmd_bench)
 
     e = sub.add_parser("explain", help="the n-grams of a text and their scores")

@@ -51,3 +51,20 @@ def test_targets_table_marks_met_and_not_met(suite):
     assert rows["gru-approx tokens/s / torch.nn.LSTM, length 35"] == ("-", ">= 1x", "not measured")
     assert rows["gru peak memory / torch.nn.LSTM, length 4096"] == ("1.49x", "<= 1.5x", "met")
     assert rows["isan peak memory / torch.nn.LSTM, length 4096"][2] == "NOT met (not run)"
+
+
+def test_time_limit_writes_what_was_measured_and_names_the_rest(suite, tmp_path, monkeypatch):
+    """--time-limit: no measurement starts once it is spent; the report is written anyway,
+    marked INCOMPLETE, naming every measurement that did not run (here: all of them)."""
+    monkeypatch.setattr(suite, "run_jobs", lambda *a, **k: pytest.fail("a measurement started"))
+    out = tmp_path / "R.md"
+    text = suite.run_suite(out, quick=True, threads=1, log=lambda msg: None, time_limit=1e-9)
+    assert out.read_text(encoding="utf-8") == text
+    assert "- INCOMPLETE: the time limit was spent;" in text and "memory, length" in text
+    assert "not run (--time-limit 1e-09 s spent)" in text and HEADER in text
+
+
+def test_time_limit_must_be_positive(suite, capsys):
+    with pytest.raises(SystemExit) as e:
+        suite.main(["--quick", "--time-limit", "0"])
+    assert e.value.code == 2 and "--time-limit must be a positive" in capsys.readouterr().err
