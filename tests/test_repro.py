@@ -157,10 +157,11 @@ def test_cli_writes_md_html_json_and_reuses_runs(tmp_path, capsys):
     assert (out / "runs" / runs[0] / "metrics.jsonl").stat().st_mtime == stamp
     assert "highest error over attractor counts" in (out / "urn-dyck.md").read_text()
     # a run whose saved settings differ from the config's (an edited config) is trained again;
-    # settings that do not change the result (threads, time limit) do not count
+    # settings that do not change the result (threads, time limit, the data folder's path) do not count
     cfg_file = out / "runs" / runs[0] / "config.json"
     saved = json.loads(cfg_file.read_text())
     saved["config"]["train"]["threads"] = 7
+    saved["config"]["data"]["data_dir"] = "/data/moved/elsewhere"
     cfg_file.write_text(json.dumps(saved))
     loud = [a for a in args if a != "--quiet"]
     capsys.readouterr()
