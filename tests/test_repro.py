@@ -144,7 +144,7 @@ def test_missing_data_is_named_never_replaced(tmp_path):
 
 def test_cli_writes_md_html_json_and_reuses_runs(tmp_path, capsys):
     out = tmp_path / "repro"
-    args = ["repro", "urn-dyck", "--rows", "3-TURN", "--tiny", "--out", str(out), "--quiet", "--threads", "1"]
+    args = ["repro", "urn-dyck", "--rows", "3-TURN (50", "--tiny", "--out", str(out), "--quiet", "--threads", "1"]
     assert main(args) == 0
     for ext in ("md", "html", "json"):
         assert (out / f"urn-dyck.{ext}").is_file()
