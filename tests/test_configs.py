@@ -36,8 +36,10 @@ def test_config_loads_with_every_budget(path):
             continue
         # <data>-<cell>.json
         stem = f"{cfg.data.corpus}-{m.cell}"
-        if m.cell == "urn" and m.truncation is not None and path.stem == f"{cfg.data.corpus}-turn{m.truncation}":
-            continue                                               # the paper's k-TURN by its name
+        turn = f"{cfg.data.corpus}-turn{m.truncation}"
+        if m.cell == "urn" and m.truncation is not None and (
+                path.stem == turn or (path.stem == f"{turn}-matrix" and m.word_dropout == "matrix")):
+            continue                                   # the paper's k-TURN by its name (-matrix: dropout on Q)
         if path.stem == f"{stem}-w2v":     # the row with fixed vectors made by `rnnlens vectors`
             assert m.embeddings_file and m.freeze_embeddings and "rnnlens vectors" in raw["description"]
             continue
