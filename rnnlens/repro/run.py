@@ -131,7 +131,7 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     atomically: a killed run leaves no half folder)."""
     from ..train.checkpoint import output_dir
     from ..train.config import Config
-    from ..train.resume import config_differences
+    from ..train.resume import MAY_CHANGE, config_differences
     from ..train.run import train_run
 
     cfg = row_config(ctx, config)
@@ -147,8 +147,10 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     test = _test_record(path)
     if test is not None:
         saved = (_read_json(path / "config.json") or {}).get("config")
-        changed = (config_differences(_without_data_dir(saved), _without_data_dir(cfg.to_dict()))
-                   if isinstance(saved, dict) else ["no config.json"])
+        # what --resume may change, and where the data folder is: neither changes a run
+        ignore = {"train": MAY_CHANGE, "data": ("data_dir",)}
+        changed = (config_differences(saved, cfg.to_dict(), ignore) if isinstance(saved, dict)
+                   else ["no config.json"])
         if not changed:
             info = _read_json(path / "repro.json") or {}
             ctx.log(f"reusing {path}")
@@ -166,14 +168,6 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     if not res.test or test is None:
         raise RnnlensError(f"{config}: the run wrote no test record")
     return Run(test, cfg, path, seconds)
-
-
-def _without_data_dir(config: dict) -> dict:
-    """A config dict without data.data_dir: where the data folder is does not change a run."""
-    data = config.get("data")
-    if not isinstance(data, dict):
-        return config
-    return {**config, "data": {k: v for k, v in data.items() if k != "data_dir"}}
 
 
 def _read_json(p: Path):

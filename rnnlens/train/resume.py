@@ -263,8 +263,10 @@ def unprefixed(prefix: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch
 
 # --- the command line's side: the folder and the config --------------------------------
 
-def config_differences(saved: dict, new: dict) -> list[str]:
-    """'section.key (saved -> new)' for every setting that differs, but those of MAY_CHANGE."""
+def config_differences(saved: dict, new: dict, ignore: dict[str, tuple] | None = None) -> list[str]:
+    """'section.key (saved -> new)' for every setting that differs, but those `ignore` names
+    per section (default: train's MAY_CHANGE)."""
+    ignore = {"train": MAY_CHANGE} if ignore is None else ignore
     out = []
     for section in sorted(set(saved) | set(new)):
         a, b = saved.get(section), new.get(section)
@@ -273,7 +275,7 @@ def config_differences(saved: dict, new: dict) -> list[str]:
                 out.append(f"{section} ({a!r} -> {b!r})")
             continue
         for key in sorted(set(a) | set(b)):
-            if section == "train" and key in MAY_CHANGE:
+            if key in ignore.get(section, ()):
                 continue
             if a.get(key) != b.get(key):
                 out.append(f"{section}.{key} ({a.get(key)!r} -> {b.get(key)!r})")
