@@ -286,3 +286,10 @@ def test_faithfulness_command(model_dir, capsys):
     assert set(d["methods"]) == {"ngram", "random"} and d["sentences"] == 12
     code, out, err = run(capsys, "faithfulness", "--model", str(model_dir), "--split", "nope")
     assert_clean_error(code, err, "nope")
+
+
+def test_train_init_from_a_missing_folder_is_one_line_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "m"
+    code = main(["train", "--epochs", "1", "--init-from", str(tmp_path / "nope"), "--out", str(out), "--quiet"])
+    assert_clean_error(code, capsys.readouterr().err, "train.init_from", "does not exist")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

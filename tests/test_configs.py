@@ -40,6 +40,13 @@ def test_config_loads_with_every_budget(path):
         if m.cell == "urn" and m.truncation is not None and (
                 path.stem == turn or (path.stem == f"{turn}-matrix" and m.word_dropout == "matrix")):
             continue                                   # the paper's k-TURN by its name (-matrix: dropout on Q)
+        if path.stem == f"{turn}-anneal":              # the second phase of the -matrix run, from its weights
+            assert m.word_dropout == "embedding" and cfg.train.init_from and f"{turn}-matrix" in raw["description"]
+            base = load_config_file(path.with_name(f"{turn}-matrix.json"), budget=budget)
+            assert (base.model.cell, base.model.hidden_size, base.model.truncation, base.model.embedding_dim) == (
+                m.cell, m.hidden_size, m.truncation, m.embedding_dim)
+            assert base.data == cfg.data                # the same strings, so the same vocabulary
+            continue
         if path.stem == f"{stem}-w2v":     # the row with fixed vectors made by `rnnlens vectors`
             assert m.embeddings_file and m.freeze_embeddings and "rnnlens vectors" in raw["description"]
             continue

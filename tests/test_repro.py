@@ -25,7 +25,7 @@ def test_every_table_of_the_issue_is_there_with_valid_rows():
         labels = [r.label for r in t.rows]
         assert len(labels) == len(set(labels)), t.id
         for r in t.rows:
-            for name in (r.config, r.extra.get("base_config")):
+            for name in (r.config, r.extra.get("base_config"), r.extra.get("init_from")):
                 if name:
                     assert (REPO / "configs" / name).is_file(), (t.id, r.label, name)
             assert r.paper is None or isinstance(r.paper, (int, float, dict)), (t.id, r.label)
@@ -172,6 +172,47 @@ def test_cli_writes_md_html_json_and_reuses_runs(tmp_path, capsys):
     assert main(loud) == 0
     assert "trained with other settings (train.lr (0.5 -> " in capsys.readouterr().err
     assert json.loads(cfg_file.read_text())["config"]["train"]["lr"] != 0.5     # retrained with the config's
+
+
+def test_rows_keeps_the_rows_already_run_and_trains_nothing_else(tmp_path, capsys):
+    out = tmp_path / "repro"
+    base = ["repro", "urn-dyck", "--tiny", "--out", str(out), "--threads", "1"]
+    assert main(base + ["--rows", "3-TURN (50", "--quiet"]) == 0
+    assert main(base + ["--rows", "LSTM (50"]) == 0
+    assert "3-TURN (50 units, 3-truncated): kept (not in --rows" in capsys.readouterr().err
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["dyck-lstm-tiny-seed0", "dyck-turn3-tiny-seed0"]
+    rows = json.loads((out / "urn-dyck.json").read_text())["rows"]
+    labels = [r["label"] for r in rows]
+    assert labels[:2] == ["3-TURN (50 units, 3-truncated)", "LSTM (50 units)"]     # the table's order
+    assert "URN (full, 50 units)" not in labels                   # never run: left out, not trained
+
+
+def test_a_second_phase_row_trains_its_first_phase_and_follows_it(tmp_path, capsys):
+    """urn-dyck's two-phase 3-TURN: dyck-turn3-matrix, then dyck-turn3-anneal from its weights
+    (train.init_from); reused while the first phase's weights are those it started from."""
+    import shutil
+
+    out, configs = tmp_path / "repro", tmp_path / "configs"
+    shutil.copytree(REPO / "configs", configs)
+    args = ["repro", "urn-dyck", "--rows", "word-vector-dropout phase", "--tiny", "--out", str(out), "--threads", "1",
+            "--configs", str(configs)]
+    assert main(args) == 0
+    runs = out / "runs"
+    assert sorted(p.name for p in runs.iterdir()) == ["dyck-turn3-anneal-tiny-seed0", "dyck-turn3-matrix-tiny-seed0"]
+    second = runs / "dyck-turn3-anneal-tiny-seed0"
+    assert json.loads((second / "config.json").read_text())["config"]["train"]["init_from"] == str(
+        runs / "dyck-turn3-matrix-tiny-seed0")
+    stamp = (second / "metrics.jsonl").stat().st_mtime
+    capsys.readouterr()
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "training" not in err and f"reusing {second}" in err and (second / "metrics.jsonl").stat().st_mtime == stamp
+    first = configs / "dyck-turn3-matrix.json"           # an edited first phase is retrained ...
+    first.write_text(first.read_text().replace('"lr": 0.01', '"lr": 0.02'))
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "holds other weights than those it started from" in err        # ... so the second one is too
+    assert (second / "metrics.jsonl").stat().st_mtime != stamp
 
 
 @pytest.mark.parametrize("argv,msg", [

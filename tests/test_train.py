@@ -142,3 +142,30 @@ def test_output_dir_is_atomic(tmp_path):
         (tmp / "b").write_text("2")
     assert [p.name for p in target.iterdir()] == ["b"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_init_from_starts_from_a_trained_model_and_refuses_an_incompatible_one(tmp_path):
+    """train.init_from: a second phase starts from the first phase's weights (at lr ~0 it
+    ends where it started); dropout may differ, weights, vocabulary and labels may not."""
+    few = {"max_train_examples": 200}
+    r1, out1 = _run(tmp_path, "first", {**SMALL, "data": few})
+    phase2 = {"data": few, "model": {"embedding_dim": 8, "hidden_size": 8, "dropout": 0.3},
+              "train": {"epochs": 1, "optimizer": "sgd", "lr": 1e-12, "init_from": str(out1)}}
+    r2, out2 = _run(tmp_path, "second", phase2)
+    w1, w2 = r1.model.state_dict(), r2.model.state_dict()
+    assert set(w1) == set(w2) and all(max_diff(w1[k], w2[k]) < 1e-9 for k in w1)
+    fresh, _ = _run(tmp_path, "fresh", {**phase2, "train": {**phase2["train"], "init_from": None}})
+    assert max(max_diff(w1[k], fresh.model.state_dict()[k]) for k in w1) > 1e-3   # not by chance
+    _, cfg, _, _ = load_checkpoint(out2)
+    assert cfg.train.init_from == str(out1)                     # the saved config says where it came from
+    bad = [({"model": {"embedding_dim": 8, "hidden_size": 12}}, r"weight_ih is \[24, 8\] in the file but \[36, 8\]"),
+           ({"model": {"embedding_dim": 8, "hidden_size": 8, "cell": "lstm"}}, r"in the file but \[32, 8\]"),
+           ({"model": {"embedding_dim": 8, "hidden_size": 8, "mlp_hidden": 4}}, "another architecture"),
+           ({"model": {"embedding_dim": 8, "hidden_size": 8}, "data": {"max_train_examples": 20}}, "vocabulary"),
+           ({"model": {"embedding_dim": 8, "hidden_size": 8}, "train": {"init_from": str(tmp_path / "nope")}},
+            "does not exist")]
+    for i, (d, msg) in enumerate(bad):
+        d = {"data": few, **d, "train": {"epochs": 1, "init_from": str(out1), **d.get("train", {})}}
+        with pytest.raises(RnnlensError, match=msg) as e:
+            _run(tmp_path, f"bad{i}", d)
+        assert str(e.value).startswith("train.init_from ") and "\n" not in str(e.value)

@@ -77,12 +77,13 @@ def cmd_repro(args) -> int:
         raise RnnlensError("--seeds must be >= 1")
     names = list(load_tables()) if args.tables == ["all"] else args.tables
     tables = [get_table(n) for n in names]          # every name checked before any work
+    selected = None                       # --rows: the labels to run; None: every row
     if args.rows:
         wanted = [w.lower() for w in args.rows]
-        for t in tables:
-            t.rows = [r for r in t.rows if any(w in r.label.lower() for w in wanted)]
-        if not any(t.rows for t in tables):
+        selected = {r.label for t in tables for r in t.rows if any(w in r.label.lower() for w in wanted)}
+        if not selected:
             raise RnnlensError(f"no row label contains {' or '.join(map(repr, args.rows))}")
+        tables = [t for t in tables if any(r.label in selected for r in t.rows)]
     configs = Path(args.configs) if args.configs else default_configs_dir()
     if configs is not None and not configs.is_dir():
         raise RnnlensError(f"--configs {configs} is not a folder")
@@ -99,7 +100,7 @@ def cmd_repro(args) -> int:
     from .render import markdown, to_html, to_json
 
     for t in tables:
-        results = run_table(ctx, t)
+        results = run_table(ctx, t, selected)
         md = markdown(t, results, ctx)
         _write_atomic(out / f"{t.id}.json", to_json(t, results, ctx))
         _write_atomic(out / f"{t.id}.html", to_html(t, results, ctx))
@@ -123,7 +124,8 @@ def add_parser(sub) -> None:
     rp.add_argument("--threads", type=int, default=None)
     rp.add_argument("--device", default="cpu")
     rp.add_argument("--rows", action="append", metavar="TEXT",
-                    help="only the rows whose label contains TEXT (repeat for several)")
+                    help="run only the rows whose label contains TEXT (repeat for several); the "
+                    "table's other rows are kept where DIR/runs has their runs, and nothing is trained for them")
     rp.add_argument("--tiny", action="store_true", help="every run on a tiny slice for 1 epoch (smoke test)")
     rp.add_argument("--quiet", action="store_true")
     rp.set_defaults(func=cmd_repro)

@@ -36,10 +36,15 @@ class Context:
     device: str = "cpu"
     progress: bool = True
     tiny: bool = False               # the smoke test: caps every run to a few examples, 1 epoch
+    reuse_only: bool = False         # a row --rows left out: from runs DIR/runs already has, or not at all
 
     def log(self, msg: str) -> None:
         if self.progress:
             print(f"repro: {msg}", file=sys.stderr, flush=True)
+
+
+class NotRun(Exception):
+    """A reuse-only row (one --rows left out) whose run DIR/runs does not have."""
 
 
 @dataclass
@@ -125,10 +130,13 @@ def budget_text(cfg) -> str:
     return f"{t.epochs} epochs max, {size}, hidden {m.hidden_size}" + (f" x {m.layers} layers" if m.layers > 1 else "")
 
 
-def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None = None) -> Run:
+def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None = None,
+                   init_from: Path | None = None) -> Run:
     """The run of `config` (with `overrides`, {section: {key: value}}) and seed `seed` at
-    ctx's budget: reused when DIR/runs has its test record, trained otherwise (written
-    atomically: a killed run leaves no half folder)."""
+    ctx's budget: reused when DIR/runs has its test record of the same settings, trained
+    otherwise (written atomically: a killed run leaves no half folder). init_from: a run
+    folder whose weights it starts from (train.init_from); the run is reused only while
+    that folder holds the same weights it started from."""
     from ..train.checkpoint import output_dir
     from ..train.config import Config
     from ..train.resume import MAY_CHANGE, config_differences
@@ -141,6 +149,10 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     for section, values in (overrides or {}).items():
         d[section].update(values)
         stem += "+" + "+".join(f"{k}={v}" for k, v in sorted(values.items()))
+    start = None
+    if init_from is not None:
+        d["train"]["init_from"] = str(init_from)
+        start = ((_read_json(Path(init_from) / "config.json") or {}).get("sha256") or {}).get("model.safetensors")
     cfg = Config.from_dict(d)
     tag = "tiny" if ctx.tiny else ctx.budget
     path = ctx.out / "runs" / f"{stem}-{tag}-seed{seed}"
@@ -151,19 +163,25 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
         ignore = {"train": MAY_CHANGE, "data": ("data_dir",)}
         changed = (config_differences(saved, cfg.to_dict(), ignore) if isinstance(saved, dict)
                    else ["no config.json"])
+        info = _read_json(path / "repro.json") or {}
+        if not changed and info.get("init_sha256") != start:
+            changed = [f"train.init_from: {init_from} holds other weights than those it started from"]
         if not changed:
-            info = _read_json(path / "repro.json") or {}
             ctx.log(f"reusing {path}")
             return Run(test, cfg, path, float(info.get("seconds", 0.0)))
         ctx.log(f"{path} was trained with other settings ({'; '.join(changed[:3])}"
                 f"{'; ...' if len(changed) > 3 else ''}): training it again")
+    if ctx.reuse_only:
+        raise NotRun(path)
     ctx.log(f"training {config} (seed {seed}, budget {tag}) -> {path}")
     t0 = time.perf_counter()
     with output_dir(path, force=True) as tmp:
         res = train_run(cfg, tmp, progress=ctx.progress)
         seconds = time.perf_counter() - t0
-        (tmp / "repro.json").write_text(json.dumps({"config": config, "seed": seed, "budget": tag,
-                                                    "seconds": round(seconds, 1)}), encoding="utf-8")
+        info = {"config": config, "seed": seed, "budget": tag, "seconds": round(seconds, 1)}
+        if start is not None:
+            info["init_sha256"] = start
+        (tmp / "repro.json").write_text(json.dumps(info), encoding="utf-8")
     test = _test_record(path)            # the metrics.jsonl record, as a reused run reads it
     if not res.test or test is None:
         raise RnnlensError(f"{config}: the run wrote no test record")
@@ -226,8 +244,12 @@ def per_seed(ctx: Context, row: Row, fn) -> RowResult:
     """Train or reuse the row's run for each seed; its values are fn(run)."""
     res = RowResult(row)
     for s in range(ctx.seeds):
+        start = None
+        if row.extra.get("init_from"):        # a second phase: first the run it starts from
+            start = train_or_reuse(ctx, row.extra["init_from"], ctx.seed0 + s)
+            res.runs[str(start.path)] = round(start.seconds, 1)
         run = train_or_reuse(ctx, row.config or row.extra["base_config"], ctx.seed0 + s,
-                             row.extra.get("overrides"))
+                             row.extra.get("overrides"), init_from=None if start is None else start.path)
         res.values.append(fn(run))
         res.runs[str(run.path)] = round(run.seconds, 1)
         res.budget = budget_text(run.cfg)
@@ -263,13 +285,27 @@ def run_row(ctx: Context, table: Table, row: Row) -> RowResult:
     return fn(ctx, table, row)
 
 
-def run_table(ctx: Context, table: Table) -> list[RowResult]:
+def run_table(ctx: Context, table: Table, selected: set[str] | None = None) -> list[RowResult]:
+    """Every row's result. With `selected` (labels: --rows), the other rows are kept only
+    where DIR/runs already has their runs (nothing is trained for them), so a table rerun
+    for one row keeps the rows done before it."""
+    from dataclasses import replace
+
     from . import pipelines  # noqa: F401  (registers the analysis kinds)
 
     results = []
     for k, row in enumerate(table.rows, 1):
-        ctx.log(f"{table.id}: row {k}/{len(table.rows)}: {row.label}")
-        results.append(run_row(ctx, table, row))
+        if selected is None or row.label in selected:
+            ctx.log(f"{table.id}: row {k}/{len(table.rows)}: {row.label}")
+            results.append(run_row(ctx, table, row))
+            continue
+        try:
+            res = run_row(replace(ctx, reuse_only=True), table, row)
+        except NotRun:
+            continue
+        if res.runs:
+            ctx.log(f"{table.id}: row {k}/{len(table.rows)}: {row.label}: kept (not in --rows; its runs are there)")
+        results.append(res)
     return results
 
 

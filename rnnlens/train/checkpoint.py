@@ -148,6 +148,36 @@ def load_checkpoint(path: str | Path, device: str = "cpu"):
     return model, cfg, vocab, meta
 
 
+def init_weights(model: torch.nn.Module, path: str | Path, vocab: Vocab, task: str,
+                 labels: list[str] | None) -> None:
+    """train.init_from: replace `model`'s weights with those of the trained model in `path`,
+    after checking that the folder is an intact model (load_checkpoint), that its vocabulary,
+    task and labels are this run's, and that every tensor has the shape this config builds.
+    Settings that hold no weights (dropout, its placement, the optimizer) may differ."""
+    where = f"train.init_from {path}"
+    try:
+        src, _cfg, src_vocab, meta = load_checkpoint(path)
+    except RnnlensError as e:
+        raise RnnlensError(f"{where}: {e}") from None
+    if list(src_vocab.itos) != list(vocab.itos):
+        i = next((i for i, (a, b) in enumerate(zip(src_vocab.itos, vocab.itos)) if a != b),
+                 min(len(src_vocab), len(vocab)))
+        raise RnnlensError(f"{where}: its vocabulary ({len(src_vocab):,} tokens) is not this run's "
+                           f"({len(vocab):,}; they part at token {i}): train on the data it was trained on")
+    if meta.get("task") != task or list(meta.get("labels") or []) != list(labels or []):
+        raise RnnlensError(f"{where}: it was trained for task {meta.get('task')!r} with labels "
+                           f"{meta.get('labels')}, this run is {task!r} with {labels}")
+    theirs, own = src.state_dict(), model.state_dict()
+    if set(theirs) != set(own):
+        odd = sorted(set(theirs) ^ set(own))
+        raise RnnlensError(f"{where}: its tensors are not those this config builds "
+                           f"({', '.join(odd[:3])}{' ...' if len(odd) > 3 else ''}): another architecture")
+    bad = _shape_mismatch(model, {k: list(v.shape) for k, v in theirs.items()})
+    if bad:
+        raise RnnlensError(f"{where}: {bad}")
+    model.load_state_dict(theirs)
+
+
 def _shape_mismatch(model: torch.nn.Module, shapes: dict[str, list[int]]) -> str | None:
     """The first tensor of the file whose shape differs from the model's, said in words;
     None when every tensor both have agrees (missing or extra names are load_model's to report)."""

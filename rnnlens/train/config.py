@@ -120,6 +120,10 @@ class TrainConfig:
                                       # "name", "name:min" or "name:max" (e.g. peak_attractor_error:min);
                                       # None: the head's own (accuracy, perplexity, ...). Without a
                                       # suffix, loss, perplexity and *error are minimised, the rest maximised
+    init_from: str | None = None      # a trained model folder to start from (fine-tuning / a second
+                                      # training phase): its weights replace the initial ones; its
+                                      # vocabulary, task and labels must be this run's, its tensors
+                                      # the shapes this config builds
     on_nan: str = "stop"              # a NaN/infinite loss or gradient: "stop" with an error naming the
                                       # step (the last checkpoint is kept), or "skip" the batch and halve lr
 

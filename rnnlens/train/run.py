@@ -13,7 +13,7 @@ from ..data.tokenize import Tokenizer
 from ..data.vocab import Vocab
 from ..errors import RnnlensError
 from ..models import RNNModel
-from .checkpoint import save_checkpoint
+from .checkpoint import init_weights, save_checkpoint
 from .config import Config
 from .trainer import Trainer, seed_everything
 
@@ -187,6 +187,10 @@ def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, d
             print(f"note: {note}")
     vocab = build_vocab(cfg, data)
     model = build_model(cfg, vocab, data.task, data.labels)
+    if cfg.train.init_from:
+        init_weights(model, cfg.train.init_from, vocab, data.task, data.labels)
+        if progress:
+            print(f"note: weights from {cfg.train.init_from}")
     train = batches(cfg, data.task, data.splits["train"], vocab, train=True)
     dev = batches(cfg, data.task, data.splits["dev"], vocab, train=False) if "dev" in data.splits else None
     if checkpoints is not None:
