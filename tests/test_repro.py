@@ -187,6 +187,14 @@ def test_rows_keeps_the_rows_already_run_and_trains_nothing_else(tmp_path, capsy
     assert "URN (full, 50 units)" not in labels                   # never run: left out, not trained
 
 
+def test_rows_trains_no_demo_for_the_rows_left_out(tmp_path):
+    out = tmp_path / "repro"
+    assert main(["repro", "seqlevel-table1", "--tiny", "--out", str(out), "--quiet", "--rows", "GRU:"]) == 0
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["demo-gru-seed0"]     # no LSTM demo
+    labels = [r["label"] for r in json.loads((out / "seqlevel-table1.json").read_text())["rows"]]
+    assert labels and all(label.startswith("GRU:") for label in labels)
+
+
 def test_a_second_phase_row_trains_its_first_phase_and_follows_it(tmp_path, capsys):
     """urn-dyck's two-phase 3-TURN: dyck-turn3-matrix, then dyck-turn3-anneal from its weights
     (train.init_from); reused while the first phase's weights are those it started from."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import RnnlensError
 from . import Row, Table
-from .run import Context, RowResult, kind, per_seed
+from .run import Context, NotRun, RowResult, kind, per_seed
 
 
 def _load(run):
@@ -221,6 +221,8 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
             summary = json.loads(summary_path.read_text(encoding="utf-8"))
         elif (cell, seed) in _DEMOS:
             summary = _DEMOS[(cell, seed)]
+        elif ctx.reuse_only:
+            raise NotRun(path)
         else:
             ctx.log(f"training the demo {cell} (seed {seed}) -> {path}")
             summary = run_demo(path, force=True, cell=cell, seed=seed, epochs=1 if ctx.tiny else None,
