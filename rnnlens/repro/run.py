@@ -169,6 +169,8 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
         if not changed:
             ctx.log(f"reusing {path}")
             return Run(test, cfg, path, float(info.get("seconds", 0.0)))
+        if ctx.reuse_only:
+            raise NotRun(path)
         ctx.log(f"{path} was trained with other settings ({'; '.join(changed[:3])}"
                 f"{'; ...' if len(changed) > 3 else ''}): training it again")
     if ctx.reuse_only:
