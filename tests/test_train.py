@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 import torch
@@ -142,6 +143,27 @@ def test_output_dir_is_atomic(tmp_path):
         (tmp / "b").write_text("2")
     assert [p.name for p in target.iterdir()] == ["b"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_output_dir_removes_what_killed_runs_left_and_spares_live_ones(tmp_path):
+    """A process killed mid-run (SIGKILL: no cleanup) leaves .NAME.tmp-HOST-PID-*; the next
+    output_dir for NAME removes it once PID is gone, and never a live process's folder."""
+    import subprocess
+    import sys
+
+    from rnnlens.train.checkpoint import _host
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    orphan = tmp_path / f".out.tmp-{_host()}-{dead.pid}-x1"
+    live = tmp_path / f".out.tmp-{_host()}-{os.getpid()}-x2"
+    other = tmp_path / f".other.tmp-{_host()}-{dead.pid}-x3"             # another output's: not this call's
+    for d in (orphan, live, other):
+        d.mkdir()
+        (d / "model.safetensors").write_text("half")
+    with output_dir(tmp_path / "out") as tmp:
+        (tmp / "a").write_text("1")
+    assert not orphan.exists() and live.is_dir() and other.is_dir() and (tmp_path / "out" / "a").is_file()
 
 
 def test_init_from_starts_from_a_trained_model_and_refuses_an_incompatible_one(tmp_path):

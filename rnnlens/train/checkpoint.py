@@ -201,9 +201,11 @@ def output_dir(path: str | Path, force: bool = False):
     if path.exists() and not path.is_dir():
         raise RnnlensError(f"output path {path} exists and is not a folder")
     parent = path.parent if str(path.parent) else Path(".")
+    prefix = f".{path.name}.tmp-{_host()}-"
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=parent))
+        _remove_orphans(parent, prefix)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
     except OSError as e:
         raise RnnlensError(f"cannot create output folder {path}: {e.strerror}") from None
     try:
@@ -212,6 +214,27 @@ def output_dir(path: str | Path, force: bool = False):
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     replace_dir(tmp, path)
+
+
+def _host() -> str:
+    import socket
+
+    return "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:40] or "host"
+
+
+def _remove_orphans(parent: Path, prefix: str) -> None:
+    """Remove the temporary folders `prefix<pid>-*` that a killed process of this machine left
+    (its pid no longer runs); those of live processes are left alone."""
+    for d in parent.glob(prefix + "*"):
+        pid = d.name[len(prefix):].split("-", 1)[0]
+        if not pid.isdigit() or not d.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except (PermissionError, OverflowError, OSError):
+            pass                                   # alive under another user, or not ours to judge
 
 
 def replace_dir(new: Path, path: Path) -> None:
