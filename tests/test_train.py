@@ -145,6 +145,20 @@ def test_output_dir_is_atomic(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
+def test_select_last_keeps_the_final_epoch_and_never_stops_early():
+    model, cfg, train, dev = small_setup(optimizer="adam", lr=0.5, epochs=4)   # lr too high: dev wobbles
+    cfg.train.select, cfg.train.patience = "last", 1
+    trainer = Trainer(model, cfg.train, progress=False)
+    history = trainer.fit(train, dev)
+    assert [h["epoch"] for h in history if "epoch" in h] == [1, 2, 3, 4] and trainer.best_epoch == 4
+    assert all(h["best_epoch"] == h["epoch"] for h in history if "epoch" in h)
+    final = {k: v.clone() for k, v in model.state_dict().items()}
+    assert abs(trainer.evaluate(dev)["loss"] - history[-1]["dev_loss"]) < 1e-6   # the last epoch's weights
+    assert all(torch.equal(final[k], v) for k, v in model.state_dict().items())
+    with pytest.raises(RnnlensError, match="'last' takes no"):
+        Config.from_dict({"train": {"select": "last:min"}})
+
+
 def test_output_dir_removes_what_killed_runs_left_and_spares_live_ones(tmp_path):
     """A process killed mid-run (SIGKILL: no cleanup) leaves .NAME.tmp-HOST-PID-*; the next
     output_dir for NAME removes it once PID is gone, and never a live process's folder."""

@@ -119,7 +119,9 @@ class TrainConfig:
     select: str | None = None         # the dev metric that picks the best epoch (and early stopping):
                                       # "name", "name:min" or "name:max" (e.g. peak_attractor_error:min);
                                       # None: the head's own (accuracy, perplexity, ...). Without a
-                                      # suffix, loss, perplexity and *error are minimised, the rest maximised
+                                      # suffix, loss, perplexity and *error are minimised, the rest maximised;
+                                      # "last": the final epoch's weights, no early stopping (the end of a
+                                      # schedule, e.g. an annealing phase)
     init_from: str | None = None      # a trained model folder to start from (fine-tuning / a second
                                       # training phase): its weights replace the initial ones; its
                                       # vocabulary, task and labels must be this run's, its tensors
@@ -190,6 +192,7 @@ class Config:
         need(0.0 < t.lr_decay <= 1.0, "train.lr_decay must be in (0, 1]")
         need(t.select is None or re.fullmatch(r"[A-Za-z_][\w.]*(:(min|max))?", t.select) is not None,
              f"train.select {t.select!r} must be a metric name, optionally followed by :min or :max")
+        need(t.select is None or not t.select.startswith("last:"), "train.select 'last' takes no :min or :max")
         need(m.clamp is None or m.clamp > 0, "model.clamp must be positive")
         need(m.window >= 1, "model.window must be >= 1")
         need(t.threads is None or t.threads >= 1, "train.threads must be >= 1")

@@ -353,6 +353,9 @@ class Trainer:
             if dev_batches is not None:
                 dev = self.evaluate(dev_batches)
                 record.update({f"dev_{k}": v for k, v in dev.items()})
+            if name == "last":                # keep the final weights (the end of a schedule)
+                score = (float(epoch), 0.0)
+            elif dev_batches is not None:
                 if name not in dev:
                     raise RnnlensError(f"train.select: the dev metrics have no {name!r}; they are "
                                        f"{', '.join(sorted(k for k, v in dev.items() if isinstance(v, (int, float))))}")
