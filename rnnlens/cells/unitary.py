@@ -63,8 +63,9 @@ vector e_0 itself is not dropped) and one on the word's side, where `dropout_tar
 At the full budget each placement alone met one of issue 7's two targets (3-TURN, seed 0):
 word vectors, peak error over attractor counts 0.110 and pairs 0.180; Q's entries (rate
 0.03), 0.073 and 0.269. Both hold in two phases: the "matrix" run, then 8 epochs from its
-weights with the "embedding" mask at lr 1e-3 falling (configs/dyck-turn3-anneal.json,
-train.init_from): 0.079 and 0.139. A falling lr alone does not do it (4 epochs from 1e-3,
+weights with the "embedding" mask at lr 1e-3 falling, keeping the last epoch
+(configs/dyck-turn3-anneal.json, train.init_from): 0.080 and 0.138 (seeds 1 and 2: 0.085
+and 0.126, 0.096 and 0.147). A falling lr alone does not do it (4 epochs from 1e-3,
 halved each epoch): from the "matrix" run with the "matrix" mask the pairs stayed at 0.225;
 from the word-vector run with its own mask the peak error stayed at 0.114 (pairs 0.150).
 The encoder's own `embedding_dropout` (a mask per position on x) makes every row distinct;
