@@ -173,6 +173,8 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
     file is written all the same (what was measured is kept). `threads`: torch threads
     in every measurement (default 2; 1 with quick, whose tiny operations only lose to a second
     thread's synchronisation, badly so on a busy machine)."""
+    if time_limit is not None and time_limit <= 0:
+        raise ValueError("--time-limit must be a positive number of seconds")
     import torch
 
     from rnnlens.cells import CELLS
@@ -521,8 +523,6 @@ def main(argv=None) -> int:
                    help="start no measurement after this many seconds; the report marks the rest as not run")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.time_limit is not None and args.time_limit <= 0:
-        p.error("--time-limit must be a positive number of seconds")
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker), args.threads or 2, args.device)))
         return 0

@@ -201,9 +201,6 @@ def negation_row(ctx: Context, table: Table, row: Row) -> RowResult:
     return res
 
 
-_DEMOS: dict = {}      # run folder -> the demo's summary, within one process
-
-
 @kind("polarity-table")
 def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
     """Sequence-level Table 1: `rnnlens demo --cell CELL` per seed (reused from DIR/runs),
@@ -219,15 +216,12 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
         summary_path = path / "summary.json"
         if summary_path.is_file():
             summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        elif str(path) in _DEMOS:
-            summary = _DEMOS[str(path)]
         elif ctx.reuse_only:
             raise NotRun(path)
         else:
             ctx.log(f"training the demo {cell} (seed {seed}) -> {path}")
             summary = run_demo(path, force=True, cell=cell, seed=seed, epochs=1 if ctx.tiny else None,
                                progress=ctx.progress)
-        _DEMOS[str(path)] = summary
         group, form = row.extra["group"], row.extra["form"]
         res.values.append(float(summary["table"][group][form]["mean"]))
         res.runs[str(path)] = round(float(summary.get("seconds", 0.0)), 1)

@@ -157,6 +157,7 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     tag = "tiny" if ctx.tiny else ctx.budget
     path = ctx.out / "runs" / f"{stem}-{tag}-seed{seed}"
     test = _test_record(path)
+    changed = []
     if test is not None:
         saved = (_read_json(path / "config.json") or {}).get("config")
         # what --resume may change, and where the data folder is: neither changes a run
@@ -169,12 +170,11 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
         if not changed:
             ctx.log(f"reusing {path}")
             return Run(test, cfg, path, float(info.get("seconds", 0.0)))
-        if ctx.reuse_only:
-            raise NotRun(path)
-        ctx.log(f"{path} was trained with other settings ({'; '.join(changed[:3])}"
-                f"{'; ...' if len(changed) > 3 else ''}): training it again")
     if ctx.reuse_only:
         raise NotRun(path)
+    if changed:
+        ctx.log(f"{path} was trained with other settings ({'; '.join(changed[:3])}"
+                f"{'; ...' if len(changed) > 3 else ''}): training it again")
     ctx.log(f"training {config} (seed {seed}, budget {tag}) -> {path}")
     t0 = time.perf_counter()
     with output_dir(path, force=True) as tmp:
