@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 
+from .argtypes import COUNT, NON_NEGATIVE, POSITIVE, SEED, SIZE, new_file
 from .cli_families import cmd_attention, cmd_complete, cmd_faithfulness, cmd_unitary, cmd_wfsa
 from .errors import RnnlensError
 
@@ -14,7 +17,24 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (and still exit code 2)."""
 
     def error(self, message: str):
+        # "argument --top: must be >= 1, got 0" -> "--top must be >= 1, got 0"
+        if message.startswith("argument ") and ": must be " in message:
+            flag, _, rest = message[len("argument "):].partition(": ")
+            message = f"{flag} {rest}"
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _config_type(where: str, typ):
+    """The argparse type of a config flag: its text parsed as the field's type (the range is
+    Config.validate's to check, naming the field)."""
+    from .train.config import parse_flag
+
+    def parse(text: str):
+        try:
+            return parse_flag(text, typ, where)
+        except RnnlensError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
 
 
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
@@ -26,10 +46,12 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
 
     choices = {"corpus": ["polarity", "tsv", *DATASETS], "cell": [*CELLS, "transformer"],
                "task": list(TASKS)}
-    for name, (section, _typ) in flat_fields().items():
+    for name, (section, typ) in flat_fields().items():
         flags = [f"--{name.replace('_', '-')}"] + (["--data"] if name == "corpus" else [])
         extra = f": one of {', '.join(choices[name])}" if name in choices else ""
-        g.add_argument(*flags, dest=f"cfg:{section}.{name}", metavar="V", help=f"{section}.{name}{extra}")
+        # SUPPRESS: a flag not given is absent, so that a given "none" (None) is told from it
+        g.add_argument(*flags, dest=f"cfg:{section}.{name}", metavar="V", help=f"{section}.{name}{extra}",
+                       type=_config_type(f"{section}.{name}", typ), default=argparse.SUPPRESS)
 
 
 def cmd_demo(args) -> int:
@@ -51,12 +73,8 @@ def _scores_line(scores: dict) -> str:
 
 
 def cmd_train(args) -> int:
-    import shlex
-
+    from .outfiles import writing
     from .train import distributed
-    from .train.config import Config, load_config_file
-    from .train.resume import Checkpoints, config_differences, partial_dir, training_dir
-    from .train.run import train_run
 
     if args.resume and args.out and Path(args.out) != Path(args.resume):
         raise RnnlensError(f"--out {args.out} and --resume {args.resume} name different folders; give one")
@@ -64,6 +82,20 @@ def cmd_train(args) -> int:
     if not out:
         raise RnnlensError("train needs --out FOLDER (or --resume FOLDER to continue an interrupted run)")
     dist = distributed.join()        # launched by torchrun: this process's rank; else None
+    # OUT is locked from before --resume reads OUT.partial/ to the end of the run: a second
+    # `train` on it (plain, --resume or --force) is refused while this one lives
+    with distributed.main_writes(dist, lambda: writing(out, create_parent=True), None):
+        return _train(args, out, dist)
+
+
+def _train(args, out, dist) -> int:
+    import shlex
+
+    from .train import distributed
+    from .train.config import Config, load_config_file
+    from .train.resume import Checkpoints, config_differences, partial_dir, training_dir
+    from .train.run import train_run
+
     main = dist is None or dist.is_main    # the process that writes
     saved = distributed.find_resume(dist, out) if args.resume else None   # the newest intact checkpoint
     if args.config:
@@ -72,7 +104,7 @@ def cmd_train(args) -> int:
         cfg = Config.from_dict(saved.state["config"]) if saved else Config()
     d = cfg.to_dict()
     for key, value in vars(args).items():
-        if key.startswith("cfg:") and value is not None:
+        if key.startswith("cfg:"):
             section, name = key[4:].split(".")
             d[section][name] = value
     cfg = Config.from_dict(d)
@@ -101,13 +133,21 @@ def cmd_train(args) -> int:
 
 
 def cmd_vectors(args) -> int:
-    from .data.word2vec import check_writable, corpus_sentences, train_word2vec, write_vectors
+    from .data.word2vec import check_writable
+    from .outfiles import writing
 
     def say(line: str) -> None:
         if not args.quiet:
             print(line, flush=True)
 
     check_writable(args.out, force=args.force)  # before the training, not after
+    with writing(args.out):                     # one writer of the file at a time
+        return _vectors(args, say)
+
+
+def _vectors(args, say) -> int:
+    from .data.word2vec import corpus_sentences, train_word2vec, write_vectors
+
     sentences, notes = corpus_sentences(args.corpus, args.data_dir, seed=args.seed)
     for note in notes:
         say(note)
@@ -180,12 +220,13 @@ def cmd_bench(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from .analysis.sentence import explain_tokens
     from .data.tokenize import Tokenizer
     from .train.checkpoint import load_checkpoint
 
     png = Path(args.png) if args.png else None
     if png is not None:  # check the output before doing any work
+        if png.is_dir():
+            raise RnnlensError(f"--png {png} is a folder; give the PNG file to write")
         if png.exists() and not args.force:
             raise RnnlensError(f"{png} exists; use --force to replace it")
         if not png.parent.is_dir():
@@ -195,7 +236,7 @@ def cmd_explain(args) -> int:
     text = args.text
     if args.file is not None:
         try:
-            text = Path(args.file).read_text(encoding="utf-8")
+            text = Path(args.file).read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as e:
             raise RnnlensError(f"cannot read {args.file}: {e}") from None
     model, cfg, vocab, meta = load_checkpoint(args.model)
@@ -204,50 +245,85 @@ def cmd_explain(args) -> int:
     if not tokens:
         raise RnnlensError("the text is empty: nothing to explain")
     labels = meta["labels"]
-    if args.target is not None and args.target not in labels:
-        raise RnnlensError(f"--target {args.target!r} is not a label of this model: {', '.join(labels)}")
     if args.file is not None or len(tokens) > STREAM_TOKENS:
+        if args.target is not None and args.target not in labels:
+            raise RnnlensError(f"--target {args.target!r} is not a label of this model: {', '.join(labels)}")
         return _explain_document(args, model, vocab, tokens, labels)
-    if cfg.model.layers != 1 or getattr(model.encoder, "directions", 1) != 1:
-        return _explain_attribution(args, model, vocab, tokens, labels)
-    ex = explain_tokens(model, vocab, tokens, labels, target=args.target)
+    from .analysis.sentence import explain_text
+
+    ex = explain_text(model, vocab, tokens, target=args.target)
     if ex.unknown:
         which = "all tokens are" if len(ex.unknown) == len(tokens) else "some tokens are"
         print(f"warning: {which} unknown to the model and read as <unk>: {' '.join(sorted(set(ex.unknown)))}",
               file=sys.stderr)
-    if args.png:
-        from .viz.plots import ngram_heatmap
-
-        from .outfiles import replacing
-
-        with replacing(png, suffix=".png") as tmp:
-            ngram_heatmap(ex.tokens, ex.scores, tmp, f"n-gram scores toward '{ex.target}'")
+    top = args.top or None
+    if png is not None:
+        _explain_png(ex, png)
     if args.json:
-        print(json.dumps(ex.to_dict(), indent=2))
+        print(json.dumps(ex.to_dict(top), indent=2))
         return 0
-    rows = ex.ngrams()
-    if args.top:
-        rows = sorted(rows, key=lambda r: -abs(r["score"]))[: args.top]
-    probs = ", ".join(f"{lab} {p:.3f}" for lab, p in zip(labels, ex.probabilities))
-    print(f"prediction: {ex.prediction} ({probs})")
-    kind = "exact" if ex.exact else "first-order"
-    print(f"score toward '{ex.target}': {ex.logit:+.3f} = n-grams {ex.ngram_total:+.3f} "
-          f"+ remainder {ex.remainder:+.3f} ({kind} view)")
-    width = max(10, min(60, max(len(r["text"]) for r in rows)))
-    print(f"{'start':>5} {'end':>4}  {'n-gram':<{width}} {'score':>8}")
-    for r in rows:
-        text = r["text"] if len(r["text"]) <= width else r["text"][: width - 1] + "…"
-        print(f"{r['start']:>5} {r['end']:>4}  {text:<{width}} {r['score']:>+8.3f}")
-    if args.png:
-        print(f"wrote {args.png}")
+    print(_explain_text(ex, top))
+    if png is not None:
+        print(f"wrote {png}")
     return 0
+
+
+def _explain_png(ex, png: Path) -> None:
+    """The heatmap of a sentence: the standalone n-gram scores where the model has them,
+    else the contributions (per position: those of the n-grams ending at each token)."""
+    import numpy as np
+
+    from .outfiles import replacing
+    from .viz.plots import ngram_heatmap
+
+    T = len(ex.tokens)
+    if ex.polarity is not None:
+        grid, title = ex.polarity, f"n-gram scores toward '{ex.positions[0].target}'"
+    elif ex.sentence_level:
+        grid, title = ex.positions[0].ngrams[0], f"n-gram contributions toward '{ex.positions[0].target}'"
+    else:
+        grid = np.stack([p.ngrams[0, t] for t, p in enumerate(ex.positions)]) if T else np.zeros((0, 0))
+        title = "n-gram contributions to each token's output"
+    with replacing(png, suffix=".png") as tmp:
+        ngram_heatmap(ex.tokens, grid, tmp, title)
+
+
+def _explain_text(ex, top: int | None) -> str:
+    """The terminal form of a TextExplanation: the prediction, then each explained output as
+    output = offset + n-grams + remainder with its largest n-grams."""
+    kind = "exact" if ex.exact else "first-order"
+    layer = "" if ex.layers == 1 and ex.directions == 1 else " of the first layer"
+    lines = []
+    if ex.probabilities:
+        probs = ", ".join(f"{lab} {p:.3f}" for lab, p in ex.probabilities.items())
+        lines.append(f"prediction: {ex.prediction} ({probs})")
+    else:
+        lines.append(f"prediction: {ex.prediction}")
+    lines.append(f"explained: {ex.explained} = offset + n-grams + remainder ({kind} view{layer})")
+    both = ex.directions > 1
+    shown = [p.top(ex.tokens, top if top is not None or p.position is None else 3) for p in ex.positions]
+    width = max(10, min(60, max((len(r["text"]) for rows in shown for r in rows), default=10)))
+    for p, rows in zip(ex.positions, shown):
+        head = "" if p.position is None else f"[{p.position}] {ex.tokens[p.position]} -> {p.target}: "
+        lines.append(f"{head}{p.output:+.3f} = offset {p.offset:+.3f} + n-grams {p.ngram_total:+.3f} "
+                     f"+ remainder {p.remainder:+.3f}")
+        if not rows:
+            continue
+        indent = "" if p.position is None else "    "
+        if p.position is None:
+            lines.append(f"{'direction  ' if both else ''}{'start':>5} {'end':>4}  {'n-gram':<{width}} {'contribution':>12}")
+        for r in rows:
+            text = r["text"] if len(r["text"]) <= width else r["text"][: width - 1] + "…"
+            d = f"{r['direction']:<9}  " if both else ""
+            lines.append(f"{indent}{d}{r['start']:>5} {r['end']:>4}  {text:<{width}} {r['score']:>+12.3f}")
+    return "\n".join(lines)
 
 
 def _read_adjectives(path):
     from .analysis.negation import Adjectives
 
     try:
-        d = json.loads(Path(path).read_text(encoding="utf-8"))
+        d = json.loads(Path(path).read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise RnnlensError(f"adjectives file {path} does not exist") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
@@ -408,6 +484,7 @@ def cmd_report(args) -> int:
 
 
 STREAM_TOKENS = 400       # longer texts are explained by the streamed top-k
+DOCUMENT_CHUNK = 2048     # tokens of a document in one linear view (memory per chunk, not per document)
 
 
 def _readout_row(model, labels, target):
@@ -424,10 +501,13 @@ def _readout_row(model, labels, target):
 
 
 def _explain_document(args, model, vocab, tokens, labels) -> int:
-    """Streamed top-k n-grams of a long document (bounded memory: n-grams of at most --max-n)."""
+    """Streamed top-k n-grams of a long document in memory that does not grow with it: the
+    linear view is built for DOCUMENT_CHUNK tokens at a time and TopNgrams carries the
+    n-grams of at most --max-n tokens and the running top-k from one chunk to the next."""
     import torch
+    from tqdm import tqdm
 
-    from .analysis.ngrams import top_ngrams
+    from .analysis.ngrams import TopNgrams
     from .data.batching import Example, collate
 
     if model.cfg.layers != 1 or getattr(model.encoder, "directions", 1) != 1 or model.cfg.cell == "transformer":
@@ -436,10 +516,18 @@ def _explain_document(args, model, vocab, tokens, labels) -> int:
     if args.png:
         raise RnnlensError("--png draws the heatmap of a sentence; a document gets the top-k list only")
     w, name = _readout_row(model, labels, args.target)
-    batch = collate([Example(tokens)], vocab)
-    with torch.no_grad():
-        view = model.linear_view(batch)
-        top = top_ngrams(view, w, k=args.top or 20, max_n=args.max_n)
+    stream = TopNgrams(w, k=args.top or 20, max_n=args.max_n)
+    L = DOCUMENT_CHUNK
+    with torch.no_grad(), tqdm(total=len(tokens), unit="tok", desc="explain", file=sys.stderr,
+                               disable=len(tokens) <= L) as bar:
+        for a in range(0, len(tokens), L):
+            # one token of overlap: every chunk after the first starts at a token already read,
+            # so a view that treats a call's first token apart (MVM: the only n-gram start)
+            # or whose step reads x_{t-1} sees the document as one call does
+            lo = max(0, a - 1)
+            stream.add(model.linear_view(collate([Example(tokens[lo: a + L])], vocab)), offset=lo)
+            bar.update(min(L, len(tokens) - a))
+    top = stream.result()
     rows = [{"start": i, "end": t, "text": " ".join(tokens[i: t + 1]), "score": sc} for sc, i, t in top]
     if args.json:
         print(json.dumps({"tokens": len(tokens), "target": name, "max_n": args.max_n, "ngrams": rows}, indent=2))
@@ -454,33 +542,6 @@ def _explain_document(args, model, vocab, tokens, labels) -> int:
     return 0
 
 
-def _explain_attribution(args, model, vocab, tokens, labels) -> int:
-    """Stacked or bidirectional models: n-gram contributions of the first layer."""
-    from .analysis.attribution import NGramAttribution
-    from .data.batching import Example, collate
-
-    if args.png:
-        raise RnnlensError("--png is drawn for one-layer, one-direction models; `rnnlens report` draws "
-                           "both directions of a bidirectional model")
-    batch = collate([Example(tokens)], vocab)
-    target = None if args.target is None else labels.index(args.target)
-    if model.readout_weight.shape[0] == 1 and target is not None:
-        target = None if target == len(labels) - 1 else target
-        if target is not None:
-            raise RnnlensError(f"a single-logit model scores '{labels[-1]}'; explain that label")
-    a = NGramAttribution(model, vocab=vocab).attribute(batch, target=target)
-    rows = a.top(args.top or 20)
-    if args.json:
-        print(json.dumps({"tokens": tokens, "output": float(a.output[0]), "offset": float(a.offset[0]),
-                          "remainder": float(a.remainder[0]), "ngrams": rows}, indent=2))
-        return 0
-    print(f"output {float(a.output[0]):+.3f} = offset {float(a.offset[0]):+.3f} + n-grams {float(a.total[0]):+.3f} "
-          f"+ remainder {float(a.remainder[0]):+.3f} (first layer, first-order view; contributions)")
-    for r in rows:
-        print(f"{r['direction']:>8} {r['start']:>4} {r['end']:>4}  {r['text']:<40} {r['score']:>+8.3f}")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -492,8 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
     d.add_argument("--force", action="store_true", help="replace the output folder if it exists")
     d.add_argument("--cell", default="gru", choices=["elman", "gru", "lstm"])
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--epochs", type=int, default=None)
+    d.add_argument("--seed", type=SEED, default=0)
+    d.add_argument("--epochs", type=SIZE, default=None)
     d.add_argument("--no-double-negation", action="store_true",
                    help="leave 'not not X' out of training (the sequence-level paper's Figure 1)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -516,15 +577,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "every split's text is used, tokenised as for training, no labels")
     wv.add_argument("--data-dir", required=True, help="the folder holding the dataset (e.g. ../shared/data)")
     wv.add_argument("--out", required=True, help="the vectors file to write (.txt, or .txt.gz)")
-    wv.add_argument("--dim", type=int, default=300, help="vector size (default 300)")
-    wv.add_argument("--epochs", type=int, default=5, help="passes over the corpus (default 5)")
-    wv.add_argument("--min-count", type=int, default=5, help="ignore words rarer than this (default 5)")
-    wv.add_argument("--window", type=int, default=5, help="context words on each side (default 5)")
-    wv.add_argument("--seed", type=int, default=0)
-    wv.add_argument("--threads", type=int, default=1,
+    wv.add_argument("--dim", type=SIZE, default=300, help="vector size (default 300)")
+    wv.add_argument("--epochs", type=SIZE, default=5, help="passes over the corpus (default 5)")
+    wv.add_argument("--min-count", type=COUNT, default=5, help="ignore words rarer than this (default 5)")
+    wv.add_argument("--window", type=SIZE, default=5, help="context words on each side (default 5)")
+    wv.add_argument("--seed", type=SEED, default=0)
+    wv.add_argument("--threads", type=SIZE, default=1,
                     help="worker threads (default 1: the only setting that is reproducible bit for bit)")
     wv.add_argument("--normalize", action="store_true", help="write unit-length vectors")
-    wv.add_argument("--std", type=float, help="then scale all vectors by one factor to this coordinate "
+    wv.add_argument("--std", type=POSITIVE, help="then scale all vectors by one factor to this coordinate "
                     "standard deviation (1: the scale of the N(0,1) init that words missing from the file keep)")
     wv.add_argument("--force", action="store_true", help="replace the file if it exists")
     wv.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -548,18 +609,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="training tokens/s of every head at a fixed small setting")
     b.add_argument("--cell", default="gru")
-    b.add_argument("--hidden", type=int, default=128)
-    b.add_argument("--batch", type=int, default=32)
-    b.add_argument("--length", type=int, default=35)
-    b.add_argument("--steps", type=int, default=10)
+    b.add_argument("--hidden", type=SIZE, default=128)
+    b.add_argument("--batch", type=SIZE, default=32)
+    b.add_argument("--length", type=SIZE, default=35)
+    b.add_argument("--steps", type=SIZE, default=10)
     b.add_argument("--all", action="store_true",
                    help="the whole suite of benchmarks/ (every cell and analysis against its reference, "
                         "ratios against the targets): writes benchmarks/RESULTS.md")
     b.add_argument("--quick", action="store_true", help="--all at smoke sizes (under a minute; RESULTS-quick.md)")
     b.add_argument("--device", default="cpu", help="--all: cpu or cuda")
-    b.add_argument("--threads", type=int, default=None, help="--all: torch threads (default 2; --quick: 1)")
+    b.add_argument("--threads", type=SIZE, default=None, help="--all: torch threads (default 2; --quick: 1)")
     b.add_argument("--out", help="--all: the markdown file to write")
-    b.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+    b.add_argument("--time-limit", type=POSITIVE, default=None, metavar="SECONDS",
                    help="--all: start no measurement after this many seconds (the report marks the rest not run)")
     b.set_defaults(func=cmd_bench)
 
@@ -567,21 +628,21 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--model", required=True, help="checkpoint folder")
     e.add_argument("text", nargs="?", help="the text (or --file)")
     e.add_argument("--file", help="a document to explain: its top-k n-grams, streamed in bounded memory")
-    e.add_argument("--max-n", type=int, default=8, help="documents: longest n-gram considered (default 8)")
+    e.add_argument("--max-n", type=SIZE, default=8, help="documents: longest n-gram considered (default 8)")
     e.add_argument("--target", help="label to explain (default: the prediction)")
-    e.add_argument("--top", type=int, default=0, help="show only the K n-grams with the largest |score| "
-                   "(documents: default 20)")
+    e.add_argument("--top", type=SIZE, default=None, metavar="K", help="show only the K (>= 1) n-grams with "
+                   "the largest |score| (default: all of a sentence's; documents: 20)")
     e.add_argument("--json", action="store_true", help="machine-readable output")
-    e.add_argument("--png", help="also write the n-gram heatmap to this PNG file")
+    e.add_argument("--png", type=new_file, help="also write the n-gram heatmap to this PNG file")
     e.add_argument("--force", action="store_true", help="replace the PNG file if it exists")
     e.set_defaults(func=cmd_explain)
 
     w = sub.add_parser("wfsa", help="the weighted automaton behind one dimension of a rational model")
     w.add_argument("--model", required=True, help="checkpoint folder of a model with rrnn-* cells")
-    w.add_argument("--dim", type=int, required=True, help="hidden dimension of the first layer")
+    w.add_argument("--dim", type=COUNT, required=True, help="hidden dimension of the first layer (from 0)")
     w.add_argument("--text", required=True, help="the text to score")
     w.add_argument("--dot", help="write the automaton as a Graphviz DOT file")
-    w.add_argument("--top", type=int, default=5, help="real semiring: how many n-grams to list")
+    w.add_argument("--top", type=SIZE, default=5, help="real semiring: how many n-grams to list")
     w.add_argument("--force", action="store_true", help="replace the DOT file if it exists")
     w.set_defaults(func=cmd_wfsa)
 
@@ -590,11 +651,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--model", required=True, help="checkpoint folder")
     f.add_argument("--data-dir", help="where the dataset is now (default: where it was in training)")
     f.add_argument("--split", default="test")
-    f.add_argument("--sentences", type=int, default=200, help="sentences to use (default 200)")
-    f.add_argument("--max-k", type=int, default=10, help="delete up to K tokens (default 10)")
+    f.add_argument("--sentences", type=SIZE, default=200, help="sentences to use (default 200)")
+    f.add_argument("--max-k", type=SIZE, default=10, help="delete up to K tokens (default 10)")
     f.add_argument("--methods", nargs="+", default=["ngram", "ngram-shared", "ig", "occlusion", "random"],
                    choices=["ngram", "ngram-shared", "ig", "occlusion", "random"])
-    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--seed", type=SEED, default=0)
     f.add_argument("--json", action="store_true")
     f.add_argument("--quiet", action="store_true", help="no progress bar")
     f.set_defaults(func=cmd_faithfulness)
@@ -608,9 +669,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: 'X', 'not X', 'very X', 'not not X')")
     n.add_argument("--score", default="auto", choices=["auto", "ngram", "context"],
                    help="full-span n-gram score or context score (auto: context for va-w/va-ew)")
-    n.add_argument("--ratio", type=float, default=3.0, help="frequency ratio of the extraction (default 3)")
-    n.add_argument("--min-count", type=int, default=5, help="a token must occur more often than this (default 5)")
-    n.add_argument("--lexicon-threshold", type=float, default=0.2,
+    n.add_argument("--ratio", type=POSITIVE, default=3.0, help="frequency ratio of the extraction (default 3)")
+    n.add_argument("--min-count", type=COUNT, default=5, help="a token must occur more often than this (default 5)")
+    n.add_argument("--lexicon-threshold", type=NON_NEGATIVE, default=0.2,
                    help="|textblob polarity| must exceed this (default 0.2)")
     n.add_argument("--out", help="write adjectives.json, negation.json and negation-<model>.png here")
     n.add_argument("--force", action="store_true", help="replace the output folder if it exists")
@@ -622,8 +683,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="output folder (report.html, report.json)")
     r.add_argument("--data-dir", help="where the dataset is now (default: where it was in training)")
     r.add_argument("--text", action="append", help="a sentence to explain (repeatable; default: test sentences)")
-    r.add_argument("--samples", type=int, default=4, help="test sentences to explain when no --text (default 4)")
-    r.add_argument("--faithfulness-sentences", type=int, default=100,
+    r.add_argument("--samples", type=COUNT, default=4, help="test sentences to explain when no --text (default 4)")
+    r.add_argument("--faithfulness-sentences", type=COUNT, default=100,
                    help="sentences for the faithfulness table (default 100)")
     r.add_argument("--no-negation", action="store_true", help="leave out the negation study")
     r.add_argument("--force", action="store_true", help="replace the output folder if it exists")
@@ -639,7 +700,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "split into characters, so '()' is ( then ); start an item that begins with - with a space "
                    "(' -+'). Default: Dyck's 10 brackets, a b c d, or the 20 most frequent tokens")
     u.add_argument("--pairs", action="store_true", help="Dyck: add the matching pairs Q(close) Q(open)")
-    u.add_argument("--dims", type=int, default=2, help="size of the prediction subspace (default 2)")
+    u.add_argument("--dims", type=SIZE, default=2, help="size of the prediction subspace (default 2)")
     u.add_argument("--out", help="write unitary.json, signatures.png, frobenius.png (and pairs.png) here")
     u.add_argument("--force", action="store_true", help="replace the output folder if it exists")
     u.add_argument("--json", action="store_true", help="machine-readable output")
@@ -655,15 +716,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "(the attention per dependency relation, Figure 6)")
     at.add_argument("--train", help="training sentences for the co-occurrence counts (one a line; "
                     "default: the model's training split)")
-    at.add_argument("--samples", type=int, default=100, help="positions sampled for the attention maps (default 100)")
-    at.add_argument("--min-distance", type=int, default=7, help="long-distance pairs: the attended word at "
+    at.add_argument("--samples", type=COUNT, default=100, help="positions sampled for the attention maps (default 100)")
+    at.add_argument("--min-distance", type=SIZE, default=7, help="long-distance pairs: the attended word at "
                     "least this far from the word to predict (default 7: more than six positions)")
     at.add_argument("--predicted", default="gold", choices=["gold", "argmax"],
                     help="the word to predict in the pairs: the next word of the text (gold) or the model's argmax")
     at.add_argument("--strip-subtypes", action="store_true", help="merge relation subtypes (nmod:poss -> nmod)")
-    at.add_argument("--max-sentences", type=int, default=0, help="use only the first N sentences (default: all)")
-    at.add_argument("--batch-size", type=int, default=64)
-    at.add_argument("--seed", type=int, default=0, help="seed of the sampled positions")
+    at.add_argument("--max-sentences", type=COUNT, default=0, help="use only the first N sentences (default: all)")
+    at.add_argument("--batch-size", type=SIZE, default=64)
+    at.add_argument("--seed", type=SEED, default=0, help="seed of the sampled positions")
     at.add_argument("--out", help="write attention.json and the PNGs here")
     at.add_argument("--force", action="store_true", help="replace the output folder if it exists")
     at.add_argument("--json", action="store_true", help="machine-readable output")
@@ -674,8 +735,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--model", required=True, help="checkpoint folder of a language model")
     cp.add_argument("--questions", required=True, help="testing_data.csv or Holmes.machine_format.questions.txt")
     cp.add_argument("--answers", help="test_answer.csv or Holmes.machine_format.answers.txt: prints accuracy")
-    cp.add_argument("--show", type=int, default=0, help="also list the first N questions' choices")
-    cp.add_argument("--batch-size", type=int, default=64)
+    cp.add_argument("--show", type=COUNT, default=0, help="also list the first N questions' choices")
+    cp.add_argument("--batch-size", type=SIZE, default=64)
     cp.add_argument("--json", action="store_true", help="machine-readable output, every question's choice")
     cp.set_defaults(func=cmd_complete)
     from .repro.command import add_parser as add_repro_parser
@@ -694,18 +755,48 @@ def _tolerant_output() -> None:
                 pass
 
 
+# The exit code when stdout's reader went away (`rnnlens ... | head -1`): 128 + SIGPIPE, what
+# a shell reports for `cat`, `grep` and the rest in that case, so `set -o pipefail` sees the
+# same as for them.
+PIPE_CLOSED = 141
+
+
+def _pipe_closed() -> int:
+    """End quietly after a BrokenPipeError on stdout: what is still buffered goes to
+    /dev/null, so the flush at exit finds nothing to complain about (Python's recipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):      # a stdout without a file descriptor (captured)
+        pass
+    return PIPE_CLOSED
+
+
 def main(argv: list[str] | None = None) -> int:
     _tolerant_output()
-    args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
-    except RnnlensError as e:
-        one_line = " ".join(part.strip() for part in str(e).split("\n") if part.strip())
-        print(f"rnnlens: error: {one_line}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("rnnlens: interrupted", file=sys.stderr)
-        return 130
+        args = build_parser().parse_args(argv)
+        try:
+            code = args.func(args)
+        except RnnlensError as e:
+            one_line = " ".join(part.strip() for part in str(e).split("\n") if part.strip())
+            print(f"rnnlens: error: {one_line}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("rnnlens: interrupted", file=sys.stderr)
+            return 130
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            what = (e.strerror or str(e)).strip()
+            where = f" while writing {e.filename}" if e.filename else ""
+            print(f"rnnlens: error: {what[:1].lower() + what[1:]}{where}", file=sys.stderr)
+            return 2
+        sys.stdout.flush()             # a closed pipe shows here, not in the flush at exit
+        return code
+    except BrokenPipeError:
+        return _pipe_closed()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from .analysis.polarity import adjective_table, summarize
-from .analysis.sentence import explain_tokens
+from .analysis.sentence import explain_text
 from .data.synthetic import FORMS, NEGATIVE, POSITIVE
 from .data.tokenize import Tokenizer
 from .train.checkpoint import output_dir
@@ -54,14 +54,14 @@ def run_demo(out: str | Path, force: bool = False, cell: str = "gru", seed: int 
         summary = summarize(rows)
         tok = Tokenizer()
 
-        bars = explain_tokens(model, vocab, tok(BARS_SENTENCE), res.labels, target="positive")
+        bars = explain_text(model, vocab, tok(BARS_SENTENCE), target="positive")
         T = len(bars.tokens)
         end = T - 1
         names = [" ".join(bars.tokens[i:]) for i in range(T)]
-        plots.ngram_bars(names, [bars.scores[end][i] for i in range(T)], tmp / "ngrams_charming.png",
+        plots.ngram_bars(names, [bars.polarity[end][i] for i in range(T)], tmp / "ngrams_charming.png",
                          f"n-grams ending at '{bars.tokens[end]}' ({cell.upper()})")
-        heat = explain_tokens(model, vocab, tok(HEATMAP_SENTENCE), res.labels, target="positive")
-        plots.ngram_heatmap(heat.tokens, heat.scores, tmp / "ngram_heatmap.png",
+        heat = explain_text(model, vocab, tok(HEATMAP_SENTENCE), target="positive")
+        plots.ngram_heatmap(heat.tokens, heat.polarity, tmp / "ngram_heatmap.png",
                             f"n-gram polarity scores ({cell.upper()})")
         groups = {}
         for pol, short in (("positive", "p-adj"), ("negative", "n-adj")):
@@ -80,7 +80,7 @@ def run_demo(out: str | Path, force: bool = False, cell: str = "gru", seed: int 
             "adjectives": [{"word": r.word, "polarity": r.polarity, "token": r.token,
                             "negation": r.negation, "double_negation": r.double_negation}
                            for r in rows],
-            "bars": {"sentence": BARS_SENTENCE, "ngrams": names, "scores": [bars.scores[end][i] for i in range(T)]},
+            "bars": {"sentence": BARS_SENTENCE, "ngrams": names, "scores": [float(bars.polarity[end][i]) for i in range(T)]},
             "seconds": round(time.perf_counter() - t0, 2),
         }
         (tmp / "summary.json").write_text(json.dumps(result, indent=2), encoding="utf-8")

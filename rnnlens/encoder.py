@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from .cells import CELLS
-from .cells.base import LinearView
+from .cells.base import LinearView, hold_at_pads
 from .errors import RnnlensError
 from .train.config import ModelConfig
 
@@ -25,7 +25,8 @@ def run_cell(cell: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, state=
     forward pass in backward (benchmarks/RESULTS.md has a length-4096 step with and without). Padding needs nothing: a masked step keeps the state, across
     a chunk boundary too; a pad repeats its row's last real output (the cell contract), which
     a chunk holding no real token of that row cannot see when the output reads x_t (the
-    rational cells' output gate), so the outputs are held once more after the chunks.
+    rational cells' output gate), so the outputs are held once more after the chunks. Any
+    mask works: pads on the left and inside a row too.
     Recurrent dropout draws one mask per sequence, before the time loop: the generator is
     set back to where it was before each chunk, so every chunk draws that same mask (as one
     call would) and the generator ends where one call leaves it. Cells that are not a
@@ -52,11 +53,9 @@ def run_cell(cell: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, state=
         m = None if mask is None else mask[:, a:a + chunk]
         out, state = checkpoint(cell, x[:, a:a + chunk], m, state, use_reentrant=False)
         outs.append(out)
-    out = torch.cat(outs, 1)
-    if mask is not None:
-        last = (mask.long().cumsum(1) - 1).clamp(min=0)
-        out = out.gather(1, last[..., None].expand_as(out))
-    return out, state
+    # every pad takes its row's last real output, from whichever chunk holds it (before the
+    # first real token each chunk already gives the start state's output)
+    return hold_at_pads(torch.cat(outs, 1), mask), state
 
 
 def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

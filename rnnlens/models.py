@@ -8,7 +8,7 @@ from .cells.base import LinearView
 from .data.batching import Batch
 from .encoder import build_encoder
 from .errors import RnnlensError
-from .train.config import ModelConfig
+from .train.config import NEXT_TOKEN_TASKS, ModelConfig, future_leak
 
 
 def build_head(cfg: ModelConfig, task: str, encoder, labels: list[str] | None, vocab_size: int):
@@ -30,9 +30,10 @@ def build_head(cfg: ModelConfig, task: str, encoder, labels: list[str] | None, v
     if task == "agreement":
         from .heads.agreement import AgreementHead
         return AgreementHead(D, len(labels), **sentence)
-    if task in ("lm", "dyck", "crossserial") and (cfg.bidirectional or cfg.cell == "transformer"):
+    leak = future_leak(cfg) if task in NEXT_TOKEN_TASKS else None
+    if leak is not None:
         raise RnnlensError(f"a language model ({task}: next-symbol prediction) needs a one-direction "
-                           "recurrent encoder")
+                           f"recurrent encoder; {leak}")
     if task in ("dyck", "crossserial"):
         from .heads.formal import CrossSerialHead, DyckHead
         head = DyckHead if task == "dyck" else CrossSerialHead

@@ -1,36 +1,154 @@
-"""Writing one file the user named, safely: through a temporary file beside it.
+"""Writing what the user named, safely: one writer at a time, through a temporary file.
 
-The temporary file is created new (O_EXCL) under an unpredictable name, so a link planted
-under a name the tool would pick is never followed, and an interrupted write never leaves
-a half-written file where the user asked for one.
+`writing(path)` holds an OS lock (flock) on `.NAME.lock` beside `path` for as long as a run
+writes it, so a second run that would write the same file or folder stops at once with one
+line naming the live one. The kernel drops the lock when its process ends, however it ends
+(a SIGKILL included), so no lock ever outlives its run.
+
+`replacing(path)` writes one file: the temporary file is created new (O_EXCL) under an
+unpredictable name, so a link planted under a name the tool would pick is never followed,
+and an interrupted write never leaves a half-written file where the user asked for one.
 """
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import RnnlensError
 
+try:
+    import fcntl
+except ImportError:             # not a POSIX system: no locking
+    fcntl = None
+
+_HELD: dict[str, list] = {}     # lock file -> [fd, depth]: a process may enter its own lock again
+
+
+def lock_path(path: str | Path) -> Path:
+    """The lock file of an output: hidden, beside it."""
+    path = Path(os.path.abspath(path))
+    return path.with_name(f".{path.name}.lock") if path.name else path / ".rnnlens.lock"
+
+
+@contextmanager
+def writing(path: str | Path, create_parent: bool = False):
+    """Hold the lock of output `path` (a file or folder) for the block; RnnlensError when a
+    live process holds it. create_parent: create missing folders above `path` (those left
+    empty are removed again at the end); else a missing folder is an error."""
+    path = Path(path)
+    lock = lock_path(path)
+    key = os.path.abspath(lock)
+    if key in _HELD:
+        _HELD[key][1] += 1
+        try:
+            yield
+        finally:
+            _HELD[key][1] -= 1
+        return
+    created = []
+    folder = lock.parent
+    while not folder.exists() and create_parent:
+        created.append(folder)
+        folder = folder.parent
+    try:
+        if create_parent:
+            try:
+                lock.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise RnnlensError(f"cannot create folder {lock.parent}: {e.strerror}") from None
+        fd = _acquire(lock, path)
+    except BaseException:
+        _remove_empty(created)
+        raise
+    _HELD[key] = [fd, 1]
+    try:
+        yield
+    finally:
+        del _HELD[key]
+        if fd is not None:
+            try:
+                lock.unlink()           # while still locked: see _acquire
+            except OSError:
+                pass
+            os.close(fd)
+        _remove_empty(created)
+
+
+def _acquire(lock: Path, path: Path) -> int | None:
+    """An open fd holding the exclusive lock on `lock`, which then names the holder."""
+    if fcntl is None:
+        return None
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError:
+            raise RnnlensError(f"folder {lock.parent} does not exist") from None
+        except OSError as e:
+            raise RnnlensError(f"cannot write in folder {lock.parent}: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise RnnlensError(f"{path} is being written by a live run ({holder}); "
+                               "wait for it or choose another --out") from None
+        except OSError:             # a file system without flock: go on unlocked
+            return fd
+        # The holder before us removes the file before it lets go; a file we opened before
+        # that is no longer the one at this name, so lock the new one instead.
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {started}\n".encode())
+    return fd
+
+
+def _holder(fd: int) -> str:
+    """What the lock file says about its holder (it writes that just after locking)."""
+    for _ in range(20):
+        text = os.pread(fd, 400, 0).decode("utf-8", "replace").strip()
+        if text:
+            return text
+        time.sleep(0.05)
+    return "another process"
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:          # deepest first
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
 
 @contextmanager
 def replacing(path: str | Path, suffix: str = ".tmp"):
     """Yield a new empty file's path in path's folder; it replaces `path` when the block
-    succeeds and is removed when it fails. suffix: e.g. ".png" for writers that pick the
-    format from the name."""
+    succeeds and is removed when it fails; `path` is locked for the block (writing).
+    suffix: e.g. ".png" for writers that pick the format from the name."""
     path = Path(path)
-    try:
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
-    except OSError as e:
-        raise RnnlensError(f"cannot write in folder {path.parent}: {e.strerror}") from None
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)      # mkstemp's 0600 would outlive the rename
-        yield tmp
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with writing(path):
+        try:
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+        except OSError as e:
+            raise RnnlensError(f"cannot write in folder {path.parent}: {e.strerror}") from None
+        os.close(fd)
+        tmp = Path(name)
+        try:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)      # mkstemp's 0600 would outlive the rename
+            yield tmp
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)

@@ -49,3 +49,15 @@ def killing_loss(self, out, batch):
 RNNModel.loss = killing_loss
 sys.exit(main(sys.argv[1:]))
 """
+
+
+def run_cli(capsys, *argv):
+    """rnnlens.cli.main's exit code (argparse's SystemExit included), stdout, stderr."""
+    from rnnlens.cli import main
+
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err

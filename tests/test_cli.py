@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from rnnlens.cli import main
 
@@ -13,7 +14,10 @@ TINY = ["--embedding-dim", "8", "--hidden-size", "8", "--epochs", "1", "--quiet"
 
 
 def run(capsys, *argv):
-    code = main([str(a) for a in argv])
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:             # argparse's usage errors (a bad flag value): exit code 2 too
+        code = e.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -81,21 +85,35 @@ def test_train_on_tsv_files(tmp_path, capsys):
     assert code == 0 and json.loads(stdout)["labels"] == ["neg", "pos"]
 
 
+def _log_odds(model_dir, text):
+    """The model's own logit for `text`, computed without the explainer."""
+    from rnnlens.data.batching import Example, collate
+    from rnnlens.data.tokenize import Tokenizer
+    from rnnlens.train.checkpoint import load_checkpoint
+
+    model, _, vocab, meta = load_checkpoint(model_dir)
+    with torch.no_grad():
+        return float(model.eval()(collate([Example(Tokenizer(**meta.get("tokenizer", {}))(text))], vocab))[0])
+
+
 def test_explain_table_json_and_png(model_dir, tmp_path, capsys):
     code, out, err = run(capsys, "explain", "--model", str(model_dir), "the plot was not not dull")
     assert code == 0 and err == ""
     assert "prediction:" in out and "not not dull" in out and "remainder" in out
-    assert len([ln for ln in out.splitlines() if ln.strip()[:1].isdigit()]) == 21   # 6*7/2 n-grams
+    # a final-state head: the contributions are those of the 6 n-grams ending at the last token
+    assert len([ln for ln in out.splitlines() if ln.strip()[:1].isdigit()]) == 6
     code, out, _ = run(capsys, "explain", "--model", str(model_dir), "not dull", "--json",
                        "--target", "negative")
     d = json.loads(out)
-    assert d["tokens"] == ["not", "dull"] and d["target"] == "negative"
-    assert [(g["start"], g["end"]) for g in d["ngrams"]] == [(0, 0), (0, 1), (1, 1)]
-    assert abs(d["logit"] - d["ngram_total"] - d["remainder"]) < 1e-5
+    (o,) = d["outputs"]
+    assert d["tokens"] == ["not", "dull"] and o["target"] == "negative"
+    assert sorted((g["start"], g["end"]) for g in o["ngrams"]) == [(0, 1), (1, 1)]
+    assert abs(o["output"] - (o["offset"] + o["ngram_total"] + o["remainder"])) < 1e-5
+    assert abs(o["output"] + _log_odds(model_dir, "not dull")) < 1e-5       # toward the first label
     png = tmp_path / "h.png"
-    code, out, _ = run(capsys, "explain", "--model", str(model_dir), "not dull", "--png", str(png), "--top", "2")
+    code, out, _ = run(capsys, "explain", "--model", str(model_dir), "not dull", "--png", str(png), "--top", "1")
     assert code == 0 and png.read_bytes()[:4] == b"\x89PNG"
-    assert len([ln for ln in out.splitlines() if ln.strip()[:1].isdigit()]) == 2
+    assert len([ln for ln in out.splitlines() if ln.strip()[:1].isdigit()]) == 1
     assert_clean_error(*run(capsys, "explain", "--model", str(model_dir), "x", "--png", str(png))[::2], "--force")
 
 
@@ -225,15 +243,17 @@ def test_multiclass_mean_pooling_with_bias_adds_up(tmp_path, capsys):
     for target in ("a", "b", "c"):
         code, stdout, _ = run(capsys, "explain", "--model", str(out), "red sky", "--json", "--target", target)
         d = json.loads(stdout)
-        assert len(d["probabilities"]) == 3 and abs(sum(d["probabilities"]) - 1) < 1e-6
-        assert abs(d["logit"] - d["ngram_total"] - d["remainder"]) < 1e-5 and not d["exact"]
-        # The explained score is the model's own logit without the bias.
+        (o,) = d["outputs"]
+        assert len(d["probabilities"]) == 3 and abs(sum(d["probabilities"].values()) - 1) < 1e-6
+        assert abs(o["output"] - o["offset"] - o["ngram_total"] - o["remainder"]) < 1e-5 and not d["exact"]
+        # The explained score is the model's own logit, its bias included (in the offset).
         from rnnlens.data.batching import Example, collate
         from rnnlens.train.checkpoint import load_checkpoint
         model, _, vocab, meta = load_checkpoint(out)
         k = meta["labels"].index(target)
         logits = model(collate([Example(["red", "sky"])], vocab))[0]
-        assert abs(logits[k].item() - model.head.out.bias[k].item() - d["logit"]) < 1e-5
+        assert o["target"] == target and abs(logits[k].item() - o["output"]) < 1e-5
+        assert abs(o["offset"] - model.head.out.bias[k].item()) < 1e-5    # mean pooling of one LSTM layer
 
 
 def test_version(capsys):
@@ -275,7 +295,13 @@ def test_explain_bidirectional_model_by_attribution(tmp_path, capsys):
     code, stdout, err = run(capsys, "explain", "--model", str(out), "not good at all", "--json")
     assert code == 0, err
     d = json.loads(stdout)
-    assert {r["direction"] for r in d["ngrams"]} <= {"forward", "backward"} and d["ngrams"]
+    (o,) = d["outputs"]
+    assert {r["direction"] for r in o["ngrams"]} == {"forward", "backward"}
+    sign = 1 if o["target"] == "positive" else -1
+    assert abs(o["output"] - sign * _log_odds(out, "not good at all")) < 1e-5
+    assert abs(o["output"] - (o["offset"] + o["ngram_total"] + o["remainder"])) < 1e-5
+    code, stdout, err = run(capsys, "explain", "--model", str(out), "not good at all", "--target", "negative")
+    assert code == 0 and stdout.startswith("prediction:"), err
 
 
 def test_faithfulness_command(model_dir, capsys):

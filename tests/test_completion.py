@@ -189,7 +189,7 @@ def test_complete_command_errors(lm_models, tmp_path, capsys):
     assert_clean_error(*run(capsys, "complete", "--model", rm, "--questions", tmp_path / "none.csv")[::2],
                        "does not exist")
     assert_clean_error(*run(capsys, "complete", "--model", rm, "--questions", bad, "--batch-size", "0")[::2],
-                       "--batch-size must be positive")
+                       "--batch-size must be >= 1")
 
 
 def test_complete_command_refuses_a_classifier(tmp_path, capsys):

@@ -1,6 +1,7 @@
 """Recurrent memory networks: the memory block against hand-computed numbers and its loop
 reference, masking, the RM/RMR models, sentence-level batching and log-probabilities,
 training, checkpoints and the linear view of the LSTM below the block."""
+import copy
 import math
 
 import pytest
@@ -98,6 +99,64 @@ def random_block(temporal, composition, bidirectional=False, V=12, H=5, N=4, see
     return blk, h, tokens, mask
 
 
+def plain_block(blk, h, tokens, mask):
+    """The block written out from the paper's equations (NOTES.md), one (row, step, slot) at a
+    time: slot k < N holds the word k back, slot N + j the word j + 2 ahead (bidirectional);
+    p_k = exp(e_k) / sum_j exp(e_j), e_k = (M[x] + T_M[k]) . h_t over the slots that exist;
+    s_t = sum_k p_k (C[x] + T_C[k]); h^m = W_c h + b_c + s, or the gated unit of eq. 4-7.
+    Returns (h_m, attn, context) like MemoryBlock.forward."""
+    B, T, H = h.shape
+    N, K = blk.size, blk.slots
+    attn, ctx, out = h.new_zeros(B, T, K), h.new_zeros(B, T, H), h.new_zeros(B, T, H)
+    with torch.no_grad():
+        for b in range(B):
+            L = int(mask[b].sum())
+            for t in range(T):
+                s = h.new_zeros(H)
+                if t < L:
+                    slots = {k: t - k for k in range(N) if t - k >= 0}
+                    if blk.bidirectional:
+                        slots.update({N + j: t + 2 + j for j in range(N) if t + 2 + j < L})
+                    key, val, e = {}, {}, {}
+                    for k, pos in slots.items():
+                        key[k] = blk.keys.weight[tokens[b, pos]].clone()
+                        val[k] = blk.values.weight[tokens[b, pos]].clone()
+                        if blk.temporal:
+                            key[k] += blk.temporal_keys[k]
+                            val[k] += blk.temporal_values[k]
+                        e[k] = float(key[k] @ h[b, t])
+                    top = max(e.values())
+                    Z = sum(math.exp(v - top) for v in e.values())
+                    for k in slots:
+                        attn[b, t, k] = math.exp(e[k] - top) / Z
+                        s += attn[b, t, k] * val[k]
+                ctx[b, t] = s
+                hb = h[b, t]
+                if blk.composition == "linear":
+                    out[b, t] = blk.W_c.weight @ hb + blk.W_c.bias + s
+                else:
+                    Ws, bs = blk.W_s.weight, blk.W_s.bias
+                    Uz, Ur = blk.U_zr.weight[:H], blk.U_zr.weight[H:]
+                    z = torch.sigmoid(Ws[:H] @ s + bs[:H] + Uz @ hb)
+                    r = torch.sigmoid(Ws[H:2 * H] @ s + bs[H:2 * H] + Ur @ hb)
+                    cand = torch.tanh(Ws[2 * H:] @ s + bs[2 * H:] + blk.U.weight @ (r * hb))
+                    out[b, t] = (1 - z) * hb + z * cand
+    return out, attn, ctx
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("temporal,composition", VARIANTS)
+def test_block_equals_the_equations_written_out(temporal, composition, bidirectional):
+    blk, h, tokens, mask = random_block(temporal, composition, bidirectional)
+    fast = blk(h, tokens, mask)
+    want = plain_block(blk, h.detach(), tokens, mask)
+    for name, a, b in zip(("h_m", "attention", "context"), fast, want):
+        print(name)
+        assert max_diff(a.detach(), b) < 1e-12
+    attn = fast[1].detach()
+    assert float(attn[mask].max(-1).values.min()) < 0.99        # the softmax is not one-hot: weights matter
+
+
 @pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("temporal,composition", VARIANTS)
 def test_fast_block_equals_loop_reference_with_gradients(temporal, composition, bidirectional):
@@ -174,6 +233,45 @@ def test_padded_batch_equals_each_sentence_alone(memory):
         assert max_diff(attn[b, :L], model.attention(one)[0]) < 1e-12
 
 
+def lstm_states(model, row):
+    """h_t [L,H] of the model's first LSTM layer on one unpadded row, run by torch.nn.LSTMCell
+    with its weights in float64."""
+    from test_readme import torch_step
+
+    cell = model.encoder.lower.cells[0]
+    H = cell.hidden_size
+    step = torch_step("lstm", cell)
+    s, hs = torch.zeros(2 * H, dtype=torch.float64), []
+    with torch.no_grad():
+        for x in model.embedding.weight.detach().double()[torch.as_tensor(row)]:
+            s = step(x, s)
+            hs.append(s[H:])
+    return torch.stack(hs)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_rm_model_is_lstm_then_block_then_softmax(bidirectional):
+    """The RM model's attention, context and output, rebuilt from torch's LSTMCell, the block's
+    equations and the head's linear map, sentence by sentence."""
+    model = RNNModel(tiny_cfg(memory_bidirectional=bidirectional), len(VOCAB), "lm").double().eval()
+    batch = sentence_batch(VOCAB, sentences())
+    B, T = batch.tokens.shape
+    h = torch.zeros(B, T, 5, dtype=torch.float64)
+    for b in range(B):
+        L = int(batch.mask[b].sum())
+        h[b, :L] = lstm_states(model, batch.tokens[b, :L])
+    hm, attn, ctx = plain_block(model.encoder.block, h, batch.tokens, batch.mask)
+    m = batch.mask[..., None]
+    assert max_diff(model.attention(batch), attn) < 1e-12
+    assert max_diff(model.memory_context(batch), ctx) < 1e-12
+    assert max_diff(model.encode(batch) * m, hm * m) < 1e-12
+    with torch.no_grad():
+        logits = model(batch)
+    W, bias = model.head.out.weight, model.head.out.bias
+    want = hm @ W.T + (bias if bias is not None else 0)
+    assert max_diff(logits * m, want * m) < 1e-12
+
+
 def test_pad_tokens_have_no_effect_and_float32_train_mode_runs():
     model = RNNModel(tiny_cfg(), len(VOCAB), "lm").double().eval()
     batch = sentence_batch(VOCAB, sentences())
@@ -181,9 +279,20 @@ def test_pad_tokens_have_no_effect_and_float32_train_mode_runs():
     batch.tokens[~batch.mask] = 5                          # any id at the pads
     assert max_diff(model.encode(batch), ref) == 0
     model32 = RNNModel(tiny_cfg(layer_dropout=0.3), len(VOCAB), "lm").train()
-    out = model32(sentence_batch(VOCAB, sentences()))
+    seen = []
+    hook = model32.encoder.block.register_forward_pre_hook(lambda m, args: seen.append(args[0].detach()))
+    b32 = sentence_batch(VOCAB, sentences())
+    try:
+        out = model32(b32)
+    finally:
+        hook.remove()
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
-    assert model32.last_attention is not None
+    # the attention kept is that of this forward, on the dropped-out states the block read
+    dropped = seen[0]
+    assert bool((dropped == 0).any()) and not torch.equal(dropped, model32.encoder.last["states"])
+    block64 = copy.deepcopy(model32.encoder.block).double()
+    want = plain_block(block64, dropped.double(), b32.tokens, b32.mask)[1]
+    assert max_diff(model32.last_attention.double(), want) < 1e-5
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -243,12 +352,21 @@ def test_sentence_logprobs_sum_token_logprobs_and_ignore_batching(memory):
 def test_sentence_logprobs_with_adaptive_softmax_and_a_stream_model():
     vocab = Vocab([EOS] + [f"w{i}" for i in range(30)])
     cfg = tiny_cfg(None, hidden_size=16, adaptive_softmax=[5, 15])
-    model = RNNModel(cfg, len(vocab), "lm").double()       # carries state between batches
+    model = RNNModel(cfg, len(vocab), "lm").double().eval()      # carries state between batches
+    assert model.carries_state
     sents = sentences(5)
+    # each sentence alone from a zero state, scored by the adaptive softmax's own loss
+    want = []
+    for sent in sents:
+        one = sentence_batch(vocab, [sent])
+        model.reset_state()
+        with torch.no_grad():
+            want.append(-float(model.head.nll_sum(model(one), one)))
+    want = torch.tensor(want, dtype=torch.float64)
+    model(sentence_batch(vocab, sentences(3, seed=7)))      # leaves a carried state behind
     a = sentence_logprobs(model, vocab, sents)
-    b = sentence_logprobs(model, vocab, sents)             # no state leaks from the first call
-    assert max_diff(a, b) == 0
-    assert torch.all(a < 0)
+    assert max_diff(a, want) < 1e-10
+    assert max_diff(sentence_logprobs(model, vocab, sents), a) == 0     # nor does its own call leak
 
 
 def test_every_sentence_exactly_once_per_epoch_in_same_length_batches():
@@ -288,8 +406,22 @@ def test_linear_view_explains_the_lstm_below_the_block():
     w = torch.randn(5, dtype=torch.float64)
     with torch.no_grad():
         ex = explain(view, w, states)
-    assert max_diff(ex.context + ex.remainder, ex.model) < 1e-12   # parts + remainder = the state
-    assert model.memory_context(batch).shape == attended.shape
+    # the n-grams and the state, rebuilt from torch's LSTMCell unrolled to first order
+    from test_readme import first_order_ngrams, torch_step
+
+    cell = model.encoder.lower.cells[0]
+    for b in range(len(batch)):
+        L = int(batch.mask[b].sum())
+        x = model.embedding.weight.detach()[batch.tokens[b, :L]]
+        v = first_order_ngrams(torch_step("lstm", cell), x, 10)[..., 5:]          # h half of [c; h]
+        assert max_diff(ex.model[b, :L, 0], lstm_states(model, batch.tokens[b, :L]) @ w) < 1e-12
+        assert max_diff(ex.context[b, :L, 0], v.sum(1) @ w) < 1e-12
+        assert max_diff(ex.scores[b, L - 1, :L, 0], v[L - 1] @ w) < 1e-12
+    assert max_diff(ex.context + ex.remainder, ex.model) < 1e-12
+    assert float(ex.remainder.abs().max()) > 1e-4              # the LSTM is not its first-order view
+    want = plain_block(model.encoder.block, attended, batch.tokens, batch.mask)
+    assert max_diff(model.memory_context(batch), want[2]) < 1e-12
+    assert max_diff(model.attention(batch), want[1]) < 1e-12
     deep = RNNModel(tiny_cfg(layers=3), len(VOCAB), "lm")
     with pytest.raises(RnnlensError, match="single-layer"):
         deep.linear_view(batch)
@@ -384,7 +516,7 @@ def test_tiny_rm_training_lowers_the_loss():
 
 def test_checkpoint_roundtrip_of_a_memory_model(tmp_path):
     cfg = Config.from_dict({"data": {"corpus": "ptb", "sentence_level": True},
-                            "model": {"cell": "lstm", "embedding_dim": 6, "hidden_size": 5, "memory": "rmr",
+                            "model": {"cell": "lstm", "embedding_dim": 6, "hidden_size": 5, "memory": "rm",
                                       "memory_size": 4, "memory_temporal": True,
                                       "memory_composition": "linear", "memory_bidirectional": True}})
     model = RNNModel(cfg.model, len(VOCAB), "lm", sentence_level=True).eval()
@@ -415,15 +547,48 @@ def test_ngram_attribution_adds_up_through_the_block(memory):
     """The LSTM under the block is decomposed, the block (and RMR's upper LSTM) read through
     the gradient: output = offset + sum of n-gram contributions + remainder."""
     from rnnlens.analysis.attribution import NGramAttribution
-    from rnnlens.viz.model_report import _AtPosition
 
     torch.manual_seed(0)
     model = RNNModel(tiny_cfg(memory), len(VOCAB), "lm", sentence_level=True).double().eval()
     batch = sentence_batch(VOCAB, sentences(3, seed=4))
     t = int(batch.mask.sum(1).min()) - 1
-    a = NGramAttribution(_AtPosition(model, t), vocab=VOCAB).attribute(batch, target=2)
+    goal = [-1] * batch.tokens.shape[1]
+    goal[t] = 2
+    a = NGramAttribution(model, vocab=VOCAB).attribute_positions(batch, goal)[t]
     want = model(batch)[:, t, 2]
     rebuilt = a.offset + a.total + a.remainder
     print(memory, (rebuilt - want).abs().max().item(), a.remainder.abs().max().item())
     assert torch.allclose(a.output, want, atol=1e-12) and torch.allclose(rebuilt, want, atol=1e-10)
-    assert a.total.abs().max() > 1e-6                   # the LSTM's n-grams carry part of it
+
+    # independently: w_t = df/dh_t for the LSTM's outputs h_t (autograd, the layers above
+    # kept), v_{i:t} from torch's LSTMCell unrolled to first order (the [c; h] state)
+    from test_readme import first_order_ngrams, torch_step
+
+    leaf = {}
+
+    def swap(module, args, output):
+        leaf["h"] = output[0].detach().requires_grad_()
+        return (leaf["h"], output[1])
+
+    hook = model.encoder.lower.register_forward_hook(swap)
+    try:
+        f = model(batch)[:, t, 2]
+    finally:
+        hook.remove()
+    w = torch.autograd.grad(f.sum(), leaf["h"])[0]                        # [B,T,H]
+    h, f = leaf["h"].detach(), f.detach()
+    cell = model.encoder.lower.cells[0]
+    H = cell.hidden_size
+    for b in range(len(batch)):
+        L = int(batch.mask[b].sum())
+        x = model.embedding.weight.detach()[batch.tokens[b, :L]]
+        v = first_order_ngrams(torch_step("lstm", cell), x, 2 * H)[..., H:]   # [end, start, H]
+        wb = w[b, :L]
+        total = float(torch.einsum("th,tih->", wb, v))
+        rem = float(torch.einsum("th,th->", wb, h[b, :L] - v.sum(1)))
+        offset = float(f[b]) - float((wb * h[b, :L]).sum())
+        print(b, total, float(a.total[b]), rem, float(a.remainder[b]), offset, float(a.offset[b]))
+        assert abs(total - float(a.total[b])) < 1e-10
+        assert abs(rem - float(a.remainder[b])) < 1e-10
+        assert abs(offset - float(a.offset[b])) < 1e-10
+        assert abs(total) > 1e-4 and abs(rem) > 1e-6           # both parts carry something

@@ -239,8 +239,9 @@ def test_explain_fuzz(tiny_model, capsys, text):
     assert code == 0, err
     d = json.loads(out)
     assert d["tokens"] == Tokenizer()(text)
-    assert all(math.isfinite(v) for v in (d["logit"], d["ngram_total"], d["remainder"]))
-    assert abs(d["logit"] - d["ngram_total"] - d["remainder"]) < 1e-4
-    assert abs(sum(g["score"] for g in d["ngrams"] if g["end"] == len(d["tokens"]) - 1) - d["ngram_total"]) < 1e-4
+    (o,) = d["outputs"]
+    assert all(math.isfinite(o[k]) for k in ("output", "offset", "ngram_total", "remainder"))
+    assert abs(o["output"] - o["offset"] - o["ngram_total"] - o["remainder"]) < 1e-4
+    assert abs(sum(g["score"] for g in o["ngrams"]) - o["ngram_total"]) < 1e-4
     assert code == main(["explain", "--model", str(tiny_model), text]) == 0       # the table prints too
     capsys.readouterr()

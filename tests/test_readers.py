@@ -521,3 +521,49 @@ def test_real_dataset_folder_as_data_dir(shared_data):
     assert sizes(D.load_dataset("sst2-sentences", shared_data / "sst")) == REAL["sst2-sentences"][1]
     trees = shared_data / "sst" / "trees"
     assert D.find_file(trees, "sst/trees/train.txt") == trees / "train.txt"
+
+
+# --- a UTF-8 byte-order mark (Notepad writes one) is not part of the first field ----------------
+
+BOM = "\ufeff"
+
+
+def test_bom_is_stripped_by_every_text_reader(tmp_path):
+    from rnnlens.data.tokenize import Tokenizer
+    from rnnlens.data.vectors import load_vectors
+    from rnnlens.data.vocab import Vocab
+
+    tsv = write(tmp_path, "train.tsv", BOM + "positive\tgood film\nnegative\tbad film\n")
+    assert [lab for _, lab in R.read_labelled_tsv(tsv, Tokenizer())] == ["positive", "negative"]
+    assert R.read_text(tsv).startswith("positive")
+    lf = write(tmp_path, "label_first.txt", BOM + "1 good film\n0 bad film\n")
+    assert [lab for _, lab in R.read_label_first(lf, labels=("0", "1"))] == ["1", "0"]
+    lm = write(tmp_path, "lm.txt", BOM + "the cat\n")
+    assert R.read_lm_text(lm) == ["the", "cat", "<eos>"]
+    conll = write(tmp_path, "c.txt", BOM + "EU NNP B-NP B-ORG\nrejects VBZ B-VP O\n")
+    assert R.read_conll2003(conll, scheme="iob1")[0][0] == ["EU", "rejects"]
+    vec = write(tmp_path, "v.txt", BOM + "good 1 2\nbad 3 4\n")
+    vocab = Vocab.build([["good", "bad"]])
+    vectors, found = load_vectors(vec, vocab, 2)
+    assert found == 2 and vectors[vocab.stoi["good"]].tolist() == [1.0, 2.0]
+
+
+def test_bom_in_a_tsv_corpus_gives_the_labels_without_it(tmp_path):
+    from rnnlens.train.config import Config
+    from rnnlens.train.run import load_data
+
+    rows = "\n".join(["positive\tgood film", "negative\tbad film"] * 3) + "\n"
+    train = write(tmp_path, "train.tsv", BOM + rows)
+    test = write(tmp_path, "test.tsv", BOM + rows)
+    data = load_data(Config.from_dict({"data": {"corpus": "tsv", "train_file": str(train), "test_file": str(test)}}))
+    assert data.labels == ["negative", "positive"]
+    assert [ex.label for ex in data.splits["test"]] == [1, 0] * 3
+
+
+def test_bom_in_linzen_tsv_header(tmp_path):
+    header = "\t".join(R.LINZEN_COLUMNS)
+    p = write(tmp_path, "agr.tsv", BOM + header + "\n")
+    try:                                 # no rows: fine either way, as long as the header is found
+        R.read_linzen_tsv(p)
+    except RnnlensError as e:
+        assert "lacks" not in str(e), e

@@ -193,10 +193,12 @@ def test_checkpoint_files_keep_two_and_check_their_hash(tmp_path, capsys):
     files[1].write_bytes(files[1].read_bytes()[:-1])
     saved = Checkpoints.latest(tmp_path)
     assert saved.step == 20 and saved.state["x"] == [20, 0.1] and not files[1].exists()
+    assert (tmp_path / "checkpoints" / "damaged" / files[1].name).is_file()     # set aside, not deleted
     assert "damaged" in capsys.readouterr().err
     files[0].write_bytes(b"\0" + files[0].read_bytes()[1:])
-    with pytest.raises(RnnlensError, match="no intact checkpoint"):
+    with pytest.raises(RnnlensError, match="no intact checkpoint.*kept there for inspection"):
         Checkpoints.latest(tmp_path)
+    assert files[0].is_file()                          # every one damaged: all kept
     assert Checkpoints.latest(tmp_path / "nothing") is None
 
 

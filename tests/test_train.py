@@ -115,11 +115,13 @@ def test_config_validation_lists_valid_keys(tmp_path):
         Config.from_dict({"modle": {}})
     with pytest.raises(RnnlensError, match="cell"):
         Config.from_dict({"model": {"cell": "bogus"}})
-    with pytest.raises(RnnlensError, match="must be int"):
+    with pytest.raises(RnnlensError, match="model.hidden_size must be an integer, got 2.5"):
         Config.from_dict({"model": {"hidden_size": 2.5}})
     with pytest.raises(RnnlensError, match="version 99"):
         Config.from_dict({"version": 99})
-    assert Config.from_dict({"train": {"lr": "0.1", "clip": None}}).train.lr == 0.1
+    assert Config.from_dict({"train": {"lr": 0.1, "clip": None}}).train.lr == 0.1
+    with pytest.raises(RnnlensError, match='train.lr must be a number, got "0.1"'):   # text is for flags only
+        Config.from_dict({"train": {"lr": "0.1"}})
     (tmp_path / "c.toml").write_text('[model]\ncell = "lstm"\n[train]\nepochs = 2\n')
     assert load_config_file(tmp_path / "c.toml").model.cell == "lstm"
     (tmp_path / "c.json").write_text("{not json")
@@ -197,7 +199,7 @@ def test_init_from_starts_from_a_trained_model_and_refuses_an_incompatible_one(t
     bad = [({"model": {"embedding_dim": 8, "hidden_size": 12}}, r"weight_ih is \[24, 8\] in the file but \[36, 8\]"),
            ({"model": {"embedding_dim": 8, "hidden_size": 8, "cell": "lstm"}}, r"in the file but \[32, 8\]"),
            ({"model": {"embedding_dim": 8, "hidden_size": 8, "mlp_hidden": 4}}, "another architecture"),
-           ({"model": {"embedding_dim": 8, "hidden_size": 8}, "data": {"max_train_examples": 20}}, "vocabulary"),
+           ({"model": {"embedding_dim": 8, "hidden_size": 8}, "data": {**few, "max_vocab": 20}}, "vocabulary"),
            ({"model": {"embedding_dim": 8, "hidden_size": 8}, "train": {"init_from": str(tmp_path / "nope")}},
             "does not exist")]
     for i, (d, msg) in enumerate(bad):

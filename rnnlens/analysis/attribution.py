@@ -26,6 +26,16 @@ attributions sum to the n-gram total (captum's completeness, with offset and rem
 reported beside it). `shared()` gives the alternative that splits each n-gram evenly over
 its tokens.
 
+A torch LSTM's final cell state c_n is read through the cell's full state [c; h]: when the
+model uses c_n, the gradient reaches the c half of the state, and the n-grams carry that
+path too (it is not left in the offset). A cell whose output is a nonlinear function of
+the state its view explains (the rational cells' h = tanh(o * c)) is read through its
+`output_gain` (first order at 0), and the nonlinearity's part is in the remainder: such a
+view is not reported as exact.
+
+`attribute_positions` explains a model whose output is one score vector per position (a
+tagger, a language model): one forward, one backward per position.
+
 Backward directions read right to left: their n-grams are stored at [end, start] in
 reading-order positions of the original sequence, so end <= start there.
 """
@@ -38,24 +48,29 @@ import torch
 from torch import nn
 
 from ..cells.base import LinearView
-from ..cells.classic import CLASSIC
 from ..errors import RnnlensError
+from .ngrams import require_real
 
 TORCH_RNNS = {nn.RNN: "elman", nn.GRU: "gru", nn.LSTM: "lstm"}
 
 
 # --- the decomposition against per-position readouts ---------------------------------------
-def ngram_contributions(view: LinearView, w: torch.Tensor) -> torch.Tensor:
-    """w[B,T,C,H]: a readout per position on the view's output coordinates.
+def ngram_contributions(view: LinearView, w: torch.Tensor, full_state: bool = False) -> torch.Tensor:
+    """w[B,T,C,H]: a readout per position on the view's output coordinates (full_state:
+    w[B,T,C,S] on every coordinate of the state, e.g. both halves of the LSTM's [c; h]).
     Returns c[B, T(end t), T(start i), C] = w_t . v_{i:t} (zero for i > t and at pads).
 
     Ends whose readout is zero are skipped: with only the last position read (final
     pooling) this is the reverse recursion r <- r A(x_k) per end, O(T S^2 C); otherwise the
     forward recursion over all n-grams, O(T^2 S^2)."""
+    require_real(view, "n-gram contributions")
     B, T, S = view.g.shape
     C = w.shape[2]
-    W = w.new_zeros(B, T, C, S).to(view.g.dtype)
-    W[..., view.readout] = w.to(view.g.dtype)
+    if full_state:
+        W = w.to(view.g.dtype)
+    else:
+        W = w.new_zeros(B, T, C, S).to(view.g.dtype)
+        W[..., view.readout] = w.to(view.g.dtype)
     out = view.g.new_zeros(B, T, T, C)
     ends = [t for t in range(T) if bool(W[:, t].ne(0).any())]
     if len(ends) * 4 <= T:                     # few ends read: reverse recursion per end
@@ -142,27 +157,19 @@ class _Captured:
     cell: nn.Module          # an rnnlens cell with the layer's weights
     x: torch.Tensor          # [B,T,E] its input, in its reading order
     mask: torch.Tensor | None
-    out: torch.Tensor        # [B,T,H] its output (in the autograd graph)
+    out: torch.Tensor        # [B,T,H] its output, or [B,T,S] its full state (in the autograd graph)
     reverse: bool
     lengths: torch.Tensor | None
+    full_state: bool = False  # out is the full state (the gradient may reach the LSTM's c)
 
 
-def _cell_from_layer(rnn: nn.Module, suffix: str) -> nn.Module:
-    kind = TORCH_RNNS[type(rnn)]
-    kwargs = {"nonlinearity": rnn.nonlinearity} if kind == "elman" else {}
-    cell = CLASSIC[kind](rnn.input_size, rnn.hidden_size, **kwargs)
-    w = getattr(rnn, "weight_ih" + suffix)
-    cell.to(device=w.device, dtype=w.dtype)
-    # The copy shares nothing with the module: the attribution needs no parameter gradients.
-    with torch.no_grad():
-        cell.weight_ih.copy_(w)
-        cell.weight_hh.copy_(getattr(rnn, "weight_hh" + suffix))
-        if rnn.bias:
-            cell.bias_ih.copy_(getattr(rnn, "bias_ih" + suffix))
-            cell.bias_hh.copy_(getattr(rnn, "bias_hh" + suffix))
-        else:
-            cell.bias_ih.zero_()
-            cell.bias_hh.zero_()
+def _cell_from_layer(rnn: nn.Module, direction: int) -> nn.Module:
+    """The first layer's cell in one direction, batch-major, in eval mode. The copy shares
+    nothing with the module: the attribution needs no parameter gradients."""
+    from ..cells.classic import from_torch
+
+    cell = from_torch(rnn, layer=0, direction=direction)
+    cell.batch_first = True
     cell.eval()
     return cell
 
@@ -178,7 +185,7 @@ class _SplitRNN(nn.Module):
             raise RnnlensError("NGramAttribution does not take an LSTM with proj_size > 0")
         self.rnn, self.record = rnn, record
         self.dirs = 2 if rnn.bidirectional else 1
-        self.cells = [_cell_from_layer(rnn, "_l0" + ("_reverse" if d else "")) for d in range(self.dirs)]
+        self.cells = [_cell_from_layer(rnn, d) for d in range(self.dirs)]
         self.rest = None
         if rnn.num_layers > 1:
             rest = type(rnn)(rnn.hidden_size * self.dirs, rnn.hidden_size, num_layers=rnn.num_layers - 1,
@@ -215,10 +222,11 @@ class _SplitRNN(nn.Module):
         outs, finals = [], []
         for d, cell in enumerate(self.cells):
             xd = x.flip(1) if d else x
-            out, fin = cell(xd)
-            self.record.append(_Captured(cell, xd.detach(), None, out, bool(d), None))
+            states, fin = cell.scan(xd)          # [B,T,S]: the LSTM's [c; h], so c_n stays attributable
+            out = cell.output(states)
+            self.record.append(_Captured(cell, xd.detach(), None, states, bool(d), None, full_state=True))
             outs.append(out.flip(1) if d else out)
-            finals.append(fin)
+            finals.append(states[:, -1])     # from the recorded states: the c_n path reaches them
         y = torch.cat(outs, -1) if self.dirs > 1 else outs[0]
         H = rnn.hidden_size
         h_n = [o[:, -1] for o in (outs[0],) + ((outs[1].flip(1),) if self.dirs > 1 else ())]
@@ -363,6 +371,40 @@ class NGramAttribution:
         whatever its forward takes first (a tuple for several), with additional_forward_args
         after it. target: class index (int or [B]) or None for the predicted class; ignored
         for single-score models. Returns NGramAttributions on the model's device."""
+        with self._running(inputs, additional_forward_args) as (out, tokens, mask, record):
+            f = self._select(out, target)
+            return self._decompose(record, f, tokens, mask, retain=False)
+
+    def attribute_positions(self, inputs, targets, additional_forward_args=None) -> list[NGramAttributions]:
+        """For a model whose output is one score vector per position, [B,T,C]: the attribution
+        of out[b, t, targets[t]] at every position t (targets: T class indices, or a [B,T]
+        tensor; -1 skips a position, which then gets None). One forward, one backward per
+        position. Each result's n-grams end at or before its position (a causal model) or
+        anywhere (a bidirectional tagger)."""
+        with self._running(inputs, additional_forward_args) as (out, tokens, mask, record):
+            if isinstance(out, tuple):
+                out = out[0]
+            if out.dim() != 3:
+                raise RnnlensError(f"attribute_positions needs an output of shape [B, T, C], got {tuple(out.shape)}")
+            B, T, C = out.shape
+            tg = torch.as_tensor(targets, device=out.device).long()
+            tg = tg.expand(B, T) if tg.dim() == 1 else tg
+            if tg.shape != (B, T) or bool((tg >= C).any()):
+                raise RnnlensError(f"targets must be {T} class indices below {C} (or [B, T])")
+            results = []
+            todo = [t for t in range(T) if bool((tg[:, t] >= 0).any())]
+            for t in range(T):
+                if t not in todo:
+                    results.append(None)
+                    continue
+                f = out[:, t].gather(1, tg[:, t, None].clamp(min=0))[:, 0]
+                results.append(self._decompose(record, f, tokens, mask, retain=t != todo[-1]))
+            return results
+
+    @contextlib.contextmanager
+    def _running(self, inputs, additional_forward_args):
+        """The model's forward in eval mode under autograd, the first layer captured:
+        yields (out, tokens, mask, record)."""
         record: list[_Captured] = []
         # cuDNN's RNN backward refuses eval mode, and the gradient through the layers above the
         # first is what reads them: on a GPU those layers run torch's native kernels instead.
@@ -373,8 +415,23 @@ class NGramAttribution:
                 out, tokens, mask = self._forward_torch(inputs, additional_forward_args, record)
             if not record:
                 raise RnnlensError("the model's forward did not run its recurrent layer")
-            f = self._select(out, target)
-            grads = torch.autograd.grad(f.sum(), [r.out for r in record], allow_unused=True)
+            self._views = {}
+            try:
+                yield out, tokens, mask, record
+            finally:
+                self._views = {}
+
+    def _view(self, d: int, rec: _Captured) -> LinearView:
+        view = self._views.get(d)
+        if view is None:
+            with torch.no_grad():
+                view = self._views[d] = rec.cell.linear_view(rec.x, rec.mask)
+            require_real(view, "n-gram contributions")
+        return view
+
+    def _decompose(self, record, f, tokens, mask, retain: bool) -> NGramAttributions:
+        """f[B] = offset + n-grams + remainder, through the gradient of f at the first layer."""
+        grads = torch.autograd.grad(f.sum(), [r.out for r in record], allow_unused=True, retain_graph=retain)
         f = f.detach()
         B, T = mask.shape
         D = len(record)
@@ -384,19 +441,18 @@ class NGramAttribution:
         exact = True
         with torch.no_grad():
             for d, (rec, w) in enumerate(zip(record, grads)):
+                view = self._view(d, rec)
+                gain = rec.cell.output_gain(rec.x, rec.mask)
+                # the output is the view's readout (or its full state) exactly, or only to first order
+                exact = exact and view.exact and gain is None
                 if w is None:
                     continue
-                view = rec.cell.linear_view(rec.x, rec.mask)
-                if getattr(view, "semiring", "real") != "real":
-                    raise RnnlensError(f"n-gram contributions add up in the real semiring; this cell's view is "
-                                       f"{view.semiring} (use rnnlens wfsa for its best paths)")
-                exact = exact and view.exact
-                gain = getattr(rec.cell, "output_gain", None)
+                linear += (w * rec.out.detach()).sum((1, 2)).to(f.dtype)
                 if gain is not None:         # output h = act(gain * c): first order at c = 0
-                    w = w * gain(rec.x, rec.mask)
-                c = ngram_contributions(view, w[:, :, None, :])[..., 0].to(f.dtype)    # [B,T,T]
-                linear += (grads[d] * rec.out.detach()).sum((1, 2)).to(f.dtype)
-                explained += c.sum((1, 2))
+                    w = w * gain
+                c = ngram_contributions(view, w[:, :, None, :], full_state=rec.full_state)[..., 0].to(f.dtype)
+                init = _start_part(view, w, rec.full_state)
+                explained += c.sum((1, 2)) + init
                 if rec.reverse:
                     c = _to_reading_order(c, mask.sum(1))
                 ngrams[:, d] = c
@@ -407,6 +463,19 @@ class NGramAttribution:
             words = [[vocab.itos[i] for i in row[: int(m.sum())].tolist()] for row, m in zip(tokens, mask)]
         return NGramAttributions(ngrams=ngrams, tokens=tokens_attr, output=f, offset=f - linear,
                                  remainder=linear - explained, mask=mask, exact=exact, words=words)
+
+
+def _start_part(view: LinearView, w: torch.Tensor, full_state: bool) -> torch.Tensor:
+    """[B]: sum_t w_t . (A(x_t)...A(x_1) s_0), the part of the state that a non-zero start
+    state s_0 of the view carries (a cell that starts from a state of its own, e.g. the
+    URN's e_0); zero when the view starts at zero."""
+    from .ngrams import initial_part
+
+    init = initial_part(view)
+    if init is None:
+        return w.new_zeros(w.shape[0])
+    part = init if full_state else init[..., view.readout]
+    return (w.to(part.dtype) * part).sum((1, 2)).to(w.dtype)
 
 
 def _to_reading_order(c: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,29 @@ from dataclasses import dataclass
 import torch
 
 from ..cells.base import LinearView
+from ..errors import RnnlensError
+
+
+def require_real(view: LinearView, what: str = "n-gram scores") -> None:
+    """Refuse a view whose semiring is not the real one: there the state is a best path's
+    score (max-plus: a max over paths, not a sum), so adding n-gram vectors with ordinary
+    sums is meaningless. `rnnlens wfsa` (analysis.wfsa) decomposes such a state in its own
+    semiring: the best path and its weights."""
+    if view.semiring != "real":
+        raise RnnlensError(f"{what} add up in the real semiring, but this model's state is a {view.semiring} "
+                           "score (the best path through its automaton, not a sum of n-grams); "
+                           "use `rnnlens wfsa --model DIR --dim K --text ...` for the best path and its weights")
+
+
+def needs_grad(view: LinearView, *tensors: torch.Tensor) -> bool:
+    """Whether a result built from the view (and `tensors`) must carry gradients: grad mode
+    is on and one of the view's tensors (its coefficients, or a weight it holds, such as
+    the recurrent matrix of a Structured or LSTM view) or of `tensors` requires grad. The
+    fast paths that update buffers in place run only when this is False."""
+    if not torch.is_grad_enabled():
+        return False
+    held = [v for v in vars(view).values() if isinstance(v, torch.Tensor)]
+    return any(t.requires_grad for t in (*held, *tensors) if t is not None)
 
 
 def _readout_rows(view: LinearView, w: torch.Tensor) -> torch.Tensor:
@@ -44,19 +67,24 @@ def valid_pairs(view: LinearView) -> torch.Tensor:
 
 
 def ngram_vectors(view: LinearView) -> torch.Tensor:
-    """All n-gram vectors v_{i:t}: [B, T(end t), T(start i), S], zero where i > t or
-    where either end is a pad position.
+    """All n-gram vectors v_{i:t}: [B, T(end t), T(start i), S], the semiring's zero where
+    i > t or where either end is a pad position.
 
     Forward recursion: the vectors ending at t are A(x_t) times those ending at t-1, plus
-    the new unigram g(x_t). O(T^2 S^2) time, O(T^2 S) memory.
+    the new unigram g(x_t). O(T^2 S^2) time, O(T^2 S) memory. Works with and without
+    autograd (nothing it saves for backward is written in place). In any semiring: a
+    max-plus view's vectors are the best paths' scores that start at i, and their max over
+    i is the state (the decomposition in the view's own semiring; nothing here adds them).
     """
     B, T, S = view.g.shape
-    out = view.g.new_zeros(B, T, T, S)
+    out = view.g.new_full((B, T, T, S), view.zero)
     V = view.g.new_zeros(B, 0, S)
     for t in range(T):
         V = torch.cat([view.apply(t, V), view.g[:, t, None]], 1) if t else view.g[:, :1]
         out[:, t, : t + 1] = V
-    return _zero_invalid(view, out)
+    if view.semiring == "real":
+        return _zero_invalid(view, out)
+    return torch.where(valid_pairs(view)[..., None], out, torch.full_like(out, view.zero))
 
 
 def ngram_scores(view: LinearView, w: torch.Tensor) -> torch.Tensor:
@@ -66,8 +94,14 @@ def ngram_scores(view: LinearView, w: torch.Tensor) -> torch.Tensor:
     Same recursion as ngram_vectors but keeps only the scores: O(T S) vector memory. The
     n-gram vectors live in one preallocated [B,T,S] buffer updated in place (no per-step
     concatenation), and all scores are read from the buffer in one product per step.
-    `ngram_scores_ref` is the plain version.
+    Under autograd (`needs_grad`: a view tensor or w requires grad) the buffer cannot be
+    updated in place, and the same recursion runs out of place (`_ngram_scores_autograd`),
+    so gradients reach w and every weight the view holds. `ngram_scores_ref` is the plain
+    version.
     """
+    require_real(view)
+    if needs_grad(view, w):
+        return _ngram_scores_autograd(view, w)
     W = _readout_rows(view, w)
     B, T, S = view.g.shape
     out = view.g.new_zeros(B, T, T, W.shape[0])
@@ -88,6 +122,24 @@ def ngram_scores(view: LinearView, w: torch.Tensor) -> torch.Tensor:
         V[:, t] = view.g[:, t]
         out[:, t, : t + 1] = V[:, : t + 1] @ Wt
     return _zero_invalid(view, out)
+
+
+def _ngram_scores_autograd(view: LinearView, w: torch.Tensor) -> torch.Tensor:
+    """ngram_scores with nothing saved for backward written in place: each step's n-gram
+    vectors are a new tensor (A(x_t) built once and applied as one product when that is
+    cheaper, as in the fast path)."""
+    W = _readout_rows(view, w)
+    B, T, S = view.g.shape
+    dense = _cheap_dense(view)
+    rows = []
+    V = view.g[:, :0]
+    for t in range(T):
+        if t:
+            V = V @ view.matrix(t).transpose(1, 2) if dense and t > S // 8 else view.apply(t, V)
+        V = torch.cat([V, view.at("g", t)[:, None]], 1)
+        scores = V @ W.T                                                  # [B, t+1, C]
+        rows.append(torch.cat([scores, scores.new_zeros(B, T - t - 1, W.shape[0])], 1))
+    return _zero_invalid(view, torch.stack(rows, 1))
 
 
 def _lstm_in_place(view: LinearView):
@@ -120,6 +172,7 @@ def _cheap_dense(view: LinearView) -> bool:
 def ngram_scores_ref(view: LinearView, w: torch.Tensor) -> torch.Tensor:
     """Reference for ngram_scores, the straightforward batched recursion: A(x_t) applied to
     the matrix of all n-grams ending at t-1, the new unigram appended, scores read."""
+    require_real(view)
     W = _readout_rows(view, w)
     B, T, S = view.g.shape
     out = view.g.new_zeros(B, T, T, W.shape[0])
@@ -133,41 +186,97 @@ def ngram_scores_ref(view: LinearView, w: torch.Tensor) -> torch.Tensor:
 def top_ngrams(view: LinearView, w: torch.Tensor, k: int = 20, max_n: int | None = 8,
                row: int = 0) -> list[tuple[float, int, int]]:
     """The k n-grams of sequence `row` with the largest |s_{i:t}|, streamed: the recursion
-    keeps only the n-grams of at most max_n tokens that end at the current position
-    ([max_n, S] memory, or [T, S] when max_n is None) and a running top-k, so documents of
-    any length fit. w[H] (one output row). Returns [(score, start i, end t)], largest
-    |score| first. O(T max_n S^2) time."""
-    W = _readout_rows(view, w)[0]                                   # [S]
-    g = view.g[row: row + 1]
-    T = g.shape[1]
-    mask = view.mask[row] if view.mask is not None else None
-    n = T if max_n is None else max(1, max_n)
-    best_s = g.new_empty(0)
-    best_i = torch.empty(0, dtype=torch.long, device=g.device)
-    best_t = torch.empty(0, dtype=torch.long, device=g.device)
-    V = g[:, :0]
-    first = 0                                                       # start of V's first row
-    for t in range(T):
-        if mask is not None and not bool(mask[t]):
-            continue
-        if V.shape[1]:
-            V = _apply_row(view, row, t, V)
-        V = torch.cat([V, g[:, t, None]], 1)
-        if V.shape[1] > n:
-            V, first = V[:, 1:], first + 1
-        sc = V[0] @ W
-        starts = torch.arange(first, first + V.shape[1], device=g.device)
-        if mask is not None:
-            keep = mask[starts]
-            sc, starts = sc[keep], starts[keep]
-        best_s = torch.cat([best_s, sc])
-        best_i = torch.cat([best_i, starts])
-        best_t = torch.cat([best_t, torch.full_like(starts, t)])
-        if best_s.numel() > 4 * k:
-            top = best_s.abs().topk(k).indices
-            best_s, best_i, best_t = best_s[top], best_i[top], best_t[top]
-    order = best_s.abs().argsort(descending=True)[:k]
-    return [(float(best_s[j]), int(best_i[j]), int(best_t[j])) for j in order]
+    keeps only the n-grams of at most max_n real tokens that end at the current position
+    ([max_n, S] memory, or [T, S] when max_n is None) and a running top-k. w[H] (one output
+    row). Returns [(score, start i, end t)], largest |score| first (ties: earlier end, then
+    earlier start). Pads (mask False) anywhere in the row are skipped: an n-gram runs across
+    them, as the recurrence does, and max_n counts real tokens. O(T max_n S^2) time.
+    A document too long for one view is fed to `TopNgrams` a chunk at a time."""
+    top = TopNgrams(w, k, max_n)
+    top.add(view, row)
+    return top.result()
+
+
+class TopNgrams:
+    """top_ngrams over a sequence given as consecutive linear views of its chunks, so that
+    memory does not grow with the sequence: only the vectors of the n-grams that end at the
+    last position read ([max_n, S]) and the running top-k are carried from one chunk to the
+    next. The result is top_ngrams' on the view of the whole sequence.
+
+        top = TopNgrams(w, k=20, max_n=8)
+        for a in range(0, T, L):                    # the view of positions a .. a+L-1
+            top.add(view_of(a, a + L), offset=a)
+        top.result()                                # [(score, start i, end t)], whole-sequence positions
+
+    add(view, row, offset): view[B,T',S]'s row `row` holds positions offset .. offset+T'-1.
+    Chunks come in order. One may begin before the previous one ended (an overlap, for a
+    view whose step t reads x_{t-1}, or that treats a call's first token apart): positions
+    already read are skipped, so only the overlap's effect on later steps counts.
+    """
+
+    flush = 16384           # candidates gathered before they are merged into the top-k
+
+    def __init__(self, w: torch.Tensor, k: int = 20, max_n: int | None = 8):
+        self.w, self.k = w, k
+        self.max_n = None if max_n is None else max(1, max_n)
+        self.next = 0                           # the next position of the sequence to read
+        self._V: torch.Tensor | None = None     # [1,K,S]: n-grams ending at the last real token
+        self._starts: list[int] = []            # their start positions
+        self._best: tuple | None = None         # (scores, starts, ends), in result order
+
+    def add(self, view: LinearView, row: int = 0, offset: int = 0) -> None:
+        """Read positions offset .. offset+T'-1 of the sequence from view[B,T',S] (row `row`)."""
+        if offset > self.next:
+            raise RnnlensError(f"positions {self.next} to {offset - 1} were never given: the chunks "
+                               "of a sequence must follow one another (they may overlap)")
+        require_real(view, "top n-gram scores")
+        W = _readout_rows(view, self.w)[0]                              # [S]
+        g = view.g[row: row + 1]
+        T = g.shape[1]
+        real = view.mask[row].tolist() if view.mask is not None else [True] * T
+        V, starts, n = self._V, self._starts, self.max_n
+        scores: list[torch.Tensor] = []
+        cand_i: list[int] = []
+        cand_t: list[int] = []
+        for t in range(max(0, self.next - offset), T):
+            if not real[t]:
+                continue
+            p = offset + t
+            V = g[:, t: t + 1] if V is None else torch.cat([_apply_row(view, row, t, V), g[:, t, None]], 1)
+            starts.append(p)
+            if n is not None and len(starts) > n:
+                V = V[:, 1:]
+                del starts[0]
+            scores.append(V[0] @ W)
+            cand_i.extend(starts)
+            cand_t.extend([p] * len(starts))
+            if len(cand_i) >= self.flush:
+                self._merge(scores, cand_i, cand_t)
+                scores, cand_i, cand_t = [], [], []
+        self._merge(scores, cand_i, cand_t)
+        self._V = None if V is None else V.clone()      # not a view into this chunk's tensors
+        self.next = max(self.next, offset + T)
+
+    def _merge(self, scores, cand_i, cand_t) -> None:
+        """Keep the k largest |score| of the running best and the new candidates. The best
+        come first and are sorted; the new ones follow in (end, start) order, and a stable sort
+        keeps that order among equal |score|: ties never depend on where chunks were cut."""
+        if not scores:
+            return
+        s = torch.cat(scores)
+        i = torch.tensor(cand_i, dtype=torch.long, device=s.device)
+        t = torch.tensor(cand_t, dtype=torch.long, device=s.device)
+        if self._best is not None:
+            s, i, t = (torch.cat([a, b]) for a, b in zip(self._best, (s, i, t)))
+        order = torch.sort(s.abs(), descending=True, stable=True).indices[: max(self.k, 0)]
+        self._best = (s[order], i[order], t[order])
+
+    def result(self) -> list[tuple[float, int, int]]:
+        """[(score, start i, end t)] of the k n-grams read so far with the largest |score|."""
+        if self._best is None:
+            return []
+        s, i, t = (x.tolist() for x in self._best)
+        return list(zip(s, i, t))
 
 
 def _apply_row(view: LinearView, row: int, t: int, V: torch.Tensor) -> torch.Tensor:
@@ -190,6 +299,7 @@ def scores_ending_at(view: LinearView, w: torch.Tensor, t: int) -> torch.Tensor:
     Reverse recursion r <- r A(x_k) (NOTES.md): w^T A(x_t)...A(x_{i+1}) g(x_i) is the row
     r_i = w^T A(x_t)...A(x_{i+1}) times g(x_i); nothing is materialised.
     """
+    require_real(view)
     W = _readout_rows(view, w)
     B = view.g.shape[0]
     R = W.expand(B, *W.shape)                               # [B,C,S]
@@ -249,6 +359,7 @@ class Explanation:
 
 def explain(view: LinearView, w: torch.Tensor, states: torch.Tensor) -> Explanation:
     """Scores, context scores and remainder of a batch. states[B,T,S] are the model's."""
+    require_real(view)
     W = _readout_rows(view, w)
     scores = ngram_scores(view, w)
     valid = valid_pairs(view)

@@ -1,73 +1,281 @@
-"""The n-gram explanation of one sentence by a trained classifier."""
+"""The n-gram explanation of one text by any trained model: the one code path behind
+`rnnlens explain` and the report's sentences.
+
+What is explained is the number the model outputs, decomposed as
+
+    output = offset + sum of n-gram contributions + remainder
+
+(analysis.attribution.NGramAttribution: the first recurrent layer's n-grams, read through
+the gradient of the output; offset = the head's bias and whatever the layers above are not
+linear in; remainder = the first-order error, zero for exact views whose output is the
+state itself). The output is, per head:
+
+- a binary classifier (one logit): the logit of the target label (log-odds; toward the
+  first label it is the negated logit);
+- a multi-class classifier (also relation, agreement): the target class's logit;
+- a regression model: its output;
+- a tagger: the emission score of the target tag at each token (default: the tag the
+  CRF's Viterbi path gives there);
+- a language model: the target word's logit at each position, which predicts the next
+  word (its log-probability with an adaptive softmax; default: the predicted word);
+- a formal-language model (Dyck, cross-serial): the target symbol's logit at each position.
+
+Sentence-level outputs give one `PositionExplanation`; per-position outputs one per token.
+For a one-layer, one-direction model with a linear head, `polarity` also holds the paper's
+standalone scores w^T v_{i:t} of every n-gram (implicit-ngrams eq. 14, Figure 6), each
+n-gram read on its own as if the sentence ended at t (through the cell's output gain, so a
+rational cell's gate o_t is included).
+
+Max-plus rational models are refused (their state is a best path's score, not a sum):
+`rnnlens wfsa` explains them.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
+from torch import nn
 
 from ..data.batching import Example, collate
-from ..data.vocab import Vocab
-from .ngrams import explain
+from ..errors import RnnlensError
+from .attribution import NGramAttribution, ngram_contributions
+
+SEQUENCE_TASKS = ("tag", "lm", "dyck", "crossserial")
+
+
+def top_of_grid(grid: np.ndarray, tokens: list[str], k: int | None = None) -> list[dict]:
+    """The entries of grid[D, T(end), T(start)] with the largest |value| (all non-zero ones
+    when k is None), as {direction, start, end, text, score}; ties keep the grid's order."""
+    D, T, _ = grid.shape
+    flat = np.abs(grid).reshape(-1)
+    order = np.argsort(-flat, kind="stable")
+    out = []
+    for idx in order[: (len(order) if k is None else k)]:
+        if flat[idx] == 0:
+            break
+        d, rest = divmod(int(idx), T * T)
+        end, start = divmod(rest, T)
+        lo, hi = min(start, end), max(start, end)
+        out.append({"direction": "backward" if d else "forward", "start": start, "end": end,
+                    "text": " ".join(tokens[lo: hi + 1]), "score": float(grid[d, end, start])})
+    return out
 
 
 @dataclass
-class SentenceExplanation:
-    """tokens: the T tokens; unknown: those not in the vocabulary.
-    scores[t][i]: score of the n-gram tokens[i..t] toward `target` (0 where i > t).
-    logit: the model's score for `target` (bias excluded); ngram_total: the part the
-    n-grams explain (for mean pooling, averaged over positions like the logit);
-    remainder = logit - ngram_total (zero for exact views)."""
+class PositionExplanation:
+    """One explained output: output = offset + ngrams.sum() + remainder.
+
+    position: the token whose output this is (None for a sentence-level output)
+    target:   the label, tag, word or symbol whose score is explained
+    ngrams:   [D, T(end), T(start)] contribution of each n-gram (D directions; backward
+              n-grams are stored with end <= start, in reading-order positions)
+    """
+
+    position: int | None
+    target: str
+    output: float
+    offset: float
+    remainder: float
+    ngrams: np.ndarray
+
+    @property
+    def ngram_total(self) -> float:
+        return float(self.ngrams.sum())
+
+    def top(self, tokens: list[str], k: int | None = None) -> list[dict]:
+        """The n-grams with the largest |contribution| (all non-zero ones when k is None)."""
+        return top_of_grid(self.ngrams, tokens, k)
+
+    def to_dict(self, tokens: list[str], k: int | None = None) -> dict:
+        return {"position": self.position, "target": self.target, "output": self.output,
+                "offset": self.offset, "ngram_total": self.ngram_total, "remainder": self.remainder,
+                "ngrams": self.top(tokens, k)}
+
+
+@dataclass
+class TextExplanation:
+    """The explanation of one text (see the module docstring).
+
+    explained:     what `output` is, in words (e.g. "the logit of 'positive'")
+    prediction:    the model's prediction, as text
+    probabilities: {label: p} for classifiers, else None
+    exact:         the first layer's view is exact and the output is its state
+    positions:     one PositionExplanation (sentence tasks) or one per token
+    polarity:      [T(end), T(start)] standalone scores w^T v_{i:t} toward the target, or None
+    """
 
     tokens: list[str]
     unknown: list[str]
-    labels: list[str]
+    task: str
+    explained: str
     prediction: str
-    probabilities: list[float]
-    target: str
-    scores: list[list[float]]
-    logit: float
-    ngram_total: float
-    remainder: float
+    probabilities: dict[str, float] | None
     exact: bool
+    directions: int
+    layers: int
+    positions: list[PositionExplanation]
+    polarity: np.ndarray | None = None
+    predicted: list[str] = field(default_factory=list)   # per token (sequence tasks)
+    labels: list[str] | None = None                      # the model's labels or tags
 
-    def ngrams(self) -> list[dict]:
-        T = len(self.tokens)
-        return [{"start": i, "end": t, "text": " ".join(self.tokens[i: t + 1]), "score": self.scores[t][i]}
-                for t in range(T) for i in range(t + 1)]
+    @property
+    def sentence_level(self) -> bool:
+        return self.task not in SEQUENCE_TASKS
 
-    def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in ("tokens", "unknown", "labels", "prediction", "probabilities",
-                                            "target", "logit", "ngram_total", "remainder", "exact")}
-        d["ngrams"] = self.ngrams()
+    def to_dict(self, k: int | None = None) -> dict:
+        d = {"tokens": self.tokens, "unknown": self.unknown, "task": self.task, "labels": self.labels,
+             "explained": self.explained,
+             "prediction": self.prediction, "probabilities": self.probabilities, "exact": self.exact,
+             "view": "exact" if self.exact else "first-order", "layers": self.layers,
+             "directions": self.directions,
+             "outputs": [p.to_dict(self.tokens, k) for p in self.positions]}
+        if self.polarity is not None:
+            d["polarity"] = self.polarity.tolist()
         return d
 
 
-@torch.no_grad()
-def explain_tokens(model, vocab: Vocab, tokens: list[str], labels: list[str],
-                   target: str | None = None) -> SentenceExplanation:
-    """Decompose the model's score for `target` (default: the predicted label)."""
-    batch = collate([Example(tokens)], vocab)
+class _Scores(nn.Module):
+    """The model seen by NGramAttribution: same encoder, but returns the scores that are
+    explained: [B] or [B,C] for sentence tasks, [B,T,C] per position (an adaptive
+    softmax's log-probabilities; a language model restarted from the zero state)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inner = model
+        self.encoder = model.encoder
+
+    def forward(self, batch):
+        model = self.inner
+        if model.task == "lm":
+            model.reset_state()
+        out = model(batch)
+        adaptive = getattr(model.head, "adaptive", None)
+        if model.task == "lm" and adaptive is not None:
+            B, T, H = out.shape
+            out = adaptive.log_prob(out.reshape(B * T, H)).view(B, T, -1)
+        return out
+
+
+def _target_names(model, vocab) -> list[str]:
+    task = model.task
+    if task == "lm":
+        return list(vocab.itos)
+    if task == "tag":
+        return list(model.head.tags)
+    if task in ("dyck", "crossserial"):
+        return list(model.head.symbols)
+    return list(model.labels or [])
+
+
+def explain_text(model, vocab, tokens: list[str], target: str | None = None) -> TextExplanation:
+    """Explain the model's output on `tokens` toward `target` (a label, tag, word or symbol
+    name; default: the prediction). Works for every recurrent model (any cell, layers,
+    directions, memory block, head); raises RnnlensError for a transformer, a max-plus
+    cell, an empty text or an unknown target."""
+    if not tokens:
+        raise RnnlensError("the text is empty: nothing to explain")
+    if model.cfg.cell == "transformer":
+        raise RnnlensError("a transformer has no n-gram decomposition: explain explains recurrent models")
     model.eval()
-    out = model(batch)[0]
-    binary = out.dim() == 0
-    probs = ([1 - torch.sigmoid(out).item(), torch.sigmoid(out).item()] if binary
-             else torch.softmax(out, -1).tolist())
-    pred = int(max(range(len(probs)), key=probs.__getitem__))
-    tgt = pred if target is None else labels.index(target)
-    # A binary model has one row w scoring labels[1]; labels[0] is scored by -w.
-    w = model.readout_weight[0 if binary else tgt]
-    if binary and tgt == 0:
-        w = -w
-    view = model.linear_view(batch)
-    ex = explain(view, w, model.states(batch))
-    T = len(tokens)
-    ctx, mdl = ex.context[0, :, 0], ex.model[0, :, 0]
-    if getattr(model.head, "pooling", "final") == "mean":
-        total, logit = ctx.mean().item(), mdl.mean().item()
+    batch = collate([Example(list(tokens))], vocab)
+    unknown = [t for t in tokens if t not in vocab]
+    scorer = _Scores(model)
+    with torch.no_grad():
+        out = scorer(batch)[0]
+    names = _target_names(model, vocab)
+    if target is not None and model.task == "regress":
+        raise RnnlensError("a regression model has one output: --target does not apply")
+    if target is not None and target not in names:
+        what = {"lm": "word in the model's vocabulary", "tag": "tag of this model"}.get(model.task, "label of this model")
+        shown = "" if model.task == "lm" else f": {', '.join(names)}"
+        raise RnnlensError(f"--target {target!r} is not a {what}{shown}")
+    attr = NGramAttribution(scorer, vocab=vocab)
+    common = dict(tokens=list(tokens), unknown=unknown, task=model.task, layers=model.cfg.layers,
+                  labels=None if model.labels is None else list(model.labels),
+                  directions=getattr(model.encoder, "directions", 1))
+    if model.task in SEQUENCE_TASKS:
+        return _explain_positions(model, batch, out, attr, names, target, common)
+    return _explain_sentence(model, batch, out, attr, names, target, common)
+
+
+def _explain_sentence(model, batch, out, attr, labels, target, common) -> TextExplanation:
+    T = len(common["tokens"])
+    sign = 1.0
+    if out.dim() == 0:                         # one output: a binary logit or a regression value
+        v = float(out)
+        if model.task == "regress":
+            prediction, probs, tname, explained = f"{v:+.4f}", None, "output", "the regression output"
+        else:
+            p1 = float(torch.sigmoid(out))
+            probs = {labels[0]: 1.0 - p1, labels[1]: p1}
+            pred = labels[1] if v > 0 else labels[0]
+            tname = target or pred
+            sign = -1.0 if tname == labels[0] else 1.0
+            prediction = pred
+            explained = (f"the logit of '{labels[1]}' (log-odds of '{labels[1]}' over '{labels[0]}')" if sign > 0
+                         else f"the negated logit (log-odds of '{labels[0]}' over '{labels[1]}')")
+        cls = None
     else:
-        total, logit = ctx[T - 1].item(), mdl[T - 1].item()
-    return SentenceExplanation(
-        tokens=tokens, unknown=[t for t in tokens if t not in vocab], labels=labels,
-        prediction=labels[pred], probabilities=probs, target=labels[tgt],
-        scores=ex.scores[0, :, :, 0].tolist(), logit=logit, ngram_total=total,
-        remainder=logit - total, exact=ex.exact)
+        p = torch.softmax(out.double(), -1)
+        probs = {lab: float(q) for lab, q in zip(labels, p)}
+        pred = labels[int(p.argmax())]
+        tname = target or pred
+        cls = labels.index(tname)
+        prediction, explained = pred, f"the logit of '{tname}'"
+    a = attr.attribute(batch, target=cls)
+    pos = PositionExplanation(None, tname, sign * float(a.output[0]), sign * float(a.offset[0]),
+                              sign * float(a.remainder[0]), sign * a.ngrams[0].double().cpu().numpy())
+    polarity = _polarity(model, batch, 0 if cls is None else cls, sign, T)
+    return TextExplanation(explained=explained, prediction=prediction, probabilities=probs, exact=a.exact,
+                           positions=[pos], polarity=polarity, **common)
+
+
+def _polarity(model, batch, row: int, sign: float, T: int) -> np.ndarray | None:
+    """[T,T] w^T (gain_t * v_{i:t}) for every n-gram, each read as if the text ended at t: for
+    one-layer, one-direction models with a linear head (None otherwise)."""
+    enc = getattr(model.encoder, "lower", model.encoder)
+    if model.cfg.layers != 1 or getattr(enc, "directions", 1) != 1 or model.cfg.memory is not None:
+        return None
+    try:
+        w = model.readout_weight[row]
+    except RnnlensError:                       # an MLP head has no linear readout
+        return None
+    cell = enc.cells[0]
+    with torch.no_grad():
+        x = model.embedding(batch.tokens)
+        view = cell.linear_view(x, batch.mask)
+        gain = cell.output_gain(x, batch.mask)
+        wt = (sign * w).to(view.g.dtype).expand(1, T, -1)
+        if gain is not None:
+            wt = wt * gain.to(wt.dtype)
+        return ngram_contributions(view, wt[:, :, None, :])[0, :, :, 0].double().cpu().numpy()
+
+
+def _explain_positions(model, batch, out, attr, names, target, common) -> TextExplanation:
+    T = len(common["tokens"])
+    with torch.no_grad():
+        if model.task == "tag":
+            pred = model.head.crf.decode(out[None], batch.mask)[0]
+        else:
+            pred = out.argmax(-1).tolist()
+    predicted = [names[i] for i in pred]
+    goal = [names.index(target)] * T if target is not None else pred
+    results = attr.attribute_positions(batch, goal)
+    positions = [PositionExplanation(t, names[goal[t]], float(a.output[0]), float(a.offset[0]),
+                                     float(a.remainder[0]), a.ngrams[0].double().cpu().numpy())
+                 for t, a in enumerate(results)]
+    adaptive = model.task == "lm" and getattr(model.head, "adaptive", None) is not None
+    quantity = {"lm": "log-probability" if adaptive else "logit", "tag": "emission score"}.get(model.task, "logit")
+    thing = {"lm": "word", "tag": "tag"}.get(model.task, "symbol")
+    which = f"'{target}'" if target is not None else f"the predicted {thing}"
+    explained = f"the {quantity} of {which} at each token"
+    if model.task == "lm":
+        explained += " (the prediction of the next word)"
+    if model.task == "tag":
+        prediction = " ".join(f"{tok}/{n}" for tok, n in zip(common["tokens"], predicted))
+    else:
+        prediction = " ".join(f"{tok} [→ {n}]" for tok, n in zip(common["tokens"], predicted))
+    exact = all(a.exact for a in results)
+    return TextExplanation(explained=explained, prediction=prediction, probabilities=None, exact=exact,
+                           positions=positions, predicted=predicted, **common)

@@ -5,15 +5,44 @@ Cell.forward(x[B,T,E], mask[B,T] | None, state[B,S] | None) -> (out[B,T,H], fina
   of the state at every step. Padded positions (mask False) leave the state unchanged,
   so out at a pad position repeats the last real state and rows never mix.
 
-Cell.linear_view(x, mask) -> LinearView: the affine recurrence s_t = A(x_t) s_{t-1} + g(x_t)
+Cell.linear_view(x, mask, state) -> LinearView: the affine recurrence s_t = A(x_t) s_{t-1} + g(x_t)
   that the cell is (exact) or approximates to first order at s = 0 (implicit-ngrams
-  paper, eq. 5-7). A(x_t) is applied through structured products and never built as a
-  dense matrix unless .matrix(t) is asked for.
+  paper, eq. 5-7), unrolled from `state` (the start state forward takes; None: zero). A(x_t)
+  is applied through structured products and never built as a dense matrix unless
+  .matrix(t) is asked for.
+
+Cell.output_gain(x, mask) -> [B,T,H] or None: d out / d (readout state) at state 0, for cells
+  whose output is a nonlinear function of the state the view explains (the rational cells'
+  h = tanh(o * c)); None when the output is the readout itself.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+
+def last_real(mask: torch.Tensor) -> torch.Tensor:
+    """[B,T] long: in each row of mask[B,T] (False = pad), the index of the last real
+    position at or before t, or -1 before the row's first real token. Any mask: pads on the
+    left and inside a row too (a running count of real tokens is a position only when every
+    pad comes after the last real token)."""
+    pos = torch.arange(mask.shape[1], device=mask.device).expand(mask.shape)
+    return torch.where(mask, pos, torch.full_like(pos, -1)).cummax(1).values
+
+
+def hold_at_pads(x: torch.Tensor, mask: torch.Tensor | None, fill: float | None = None) -> torch.Tensor:
+    """x[B,T,...] with every pad position holding the value of its row's last real position
+    before it (a pad repeats the last real output). Before a row's first real token there is
+    nothing to hold: those positions get `fill`, or keep x where fill is None."""
+    if mask is None:
+        return x
+    last = last_real(mask)
+    shape = (*last.shape, *[1] * (x.dim() - 2))
+    held = x.gather(1, last.clamp(min=0).view(shape).expand_as(x))
+    before = (last < 0).view(shape)
+    if fill is None:
+        return torch.where(before, x, held)
+    return torch.where(before, held.new_tensor(fill), held)
 
 
 class LinearView:
@@ -39,6 +68,17 @@ class LinearView:
         self.readout = readout
         self.exact = exact
         self.h0 = h0
+
+    def starting_from(self, state: torch.Tensor | None) -> "LinearView":
+        """Set the start state s_0 (state[B,S], as the cell's forward takes it) and return the
+        view: unrolling, the remainder and `initial_part` then start from it. None keeps the
+        current start (zero, or a start state the cell's view has of its own)."""
+        if state is not None:
+            if state.shape != (self.g.shape[0], self.g.shape[2]):
+                raise ValueError(f"start state of shape {tuple(state.shape)} does not fit the view's "
+                                 f"[B, S] = {[self.g.shape[0], self.g.shape[2]]}")
+            self.h0 = state.to(self.g.dtype)
+        return self
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -167,7 +207,7 @@ class Cell(nn.Module):
       step(x_t[B,E], s[B,S]) -> s[B,S]   the plain per-step reference, as in the paper
       _scan(x[B,T,E], mask, s0) -> (states[B,T,S], final[B,S])   the fast forward
       output(s[..., S]) -> h[..., H]     the readout of the state
-      linear_view(x, mask) -> LinearView
+      linear_view(x, mask, state) -> LinearView   (view.starting_from(state))
     """
 
     input_size: int
@@ -207,6 +247,12 @@ class Cell(nn.Module):
             state = new if mask is None else torch.where(mask[:, t, None], new, state)
             outs.append(state)
         return self.output(torch.stack(outs, 1)), state
+
+    def output_gain(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor | None:
+        """None: the output is the readout coordinates of the state the linear view explains.
+        Cells whose output is a nonlinear function of it override this with d out / d state
+        at state 0, [B,T,H] (to first order, out ~ gain * readout)."""
+        return None
 
     def recurrent_weights(self) -> list[tuple[nn.Module, str]]:
         """(module, parameter name) of each recurrent matrix, for spectral normalisation."""

@@ -18,6 +18,10 @@ from .base import Cell, LinearView, StructuredView
 
 class _Classic(Cell):
     gates = 1
+    # False for a cell copied by `from_torch` from a time-major module (torch's default):
+    # then x, mask and the outputs are [T,B,...] as that module takes and gives them, and
+    # the linear view (an analysis object) is batch-major [B,T,S] as always.
+    batch_first = True
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__()
@@ -65,6 +69,29 @@ class _Classic(Cell):
     def _recurrent_input(self, s):
         return s
 
+    @staticmethod
+    def _to_batch_major(x, mask):
+        return x.transpose(0, 1), None if mask is None else mask.transpose(0, 1)
+
+    def scan(self, x, mask=None, state=None):
+        if self.batch_first:
+            return super().scan(x, mask, state)
+        states, final = super().scan(*self._to_batch_major(x, mask), state)
+        return states.transpose(0, 1), final
+
+    def step_loop(self, x, mask=None, state=None):
+        if self.batch_first:
+            return super().step_loop(x, mask, state)
+        out, final = super().step_loop(*self._to_batch_major(x, mask), state)
+        return out.transpose(0, 1), final
+
+    def linear_view(self, x, mask=None, state=None) -> LinearView:
+        """The first-order view (see each cell's `_linear_view`), batch-major [B,T,S] whatever
+        the cell's layout, unrolled from `state` [B,S] (None: zero)."""
+        if not self.batch_first:
+            x, mask = self._to_batch_major(x, mask)
+        return self._linear_view(x, mask).starting_from(state)
+
 
 class Elman(_Classic):
     """h_t = act(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh), act = tanh (or relu)."""
@@ -87,7 +114,7 @@ class Elman(_Classic):
     def _update(self, p_x, p_h, s):
         return self._act(p_x + p_h)
 
-    def linear_view(self, x, mask=None) -> LinearView:
+    def _linear_view(self, x, mask=None) -> LinearView:
         """g = act(p), A = diag(act'(p)) W_hh with p = W_ih x + b_ih + b_hh."""
         p = self._project(x) + self.bias_hh
         g = self._act(p)
@@ -123,7 +150,7 @@ class GRU(_Classic):
         n = torch.tanh(xn + r * hn)
         return n + z * (h - n)
 
-    def linear_view(self, x, mask=None) -> LinearView:
+    def _linear_view(self, x, mask=None) -> LinearView:
         """First order at h = 0, biases included (Table 2 of the implicit-ngrams paper
         gains a W_hr term through b_hn):
           g = (1 - z0) n0
@@ -168,7 +195,7 @@ class LSTM(_Classic):
         c = torch.sigmoid(f) * s[:, : self.hidden_size] + torch.sigmoid(i) * torch.tanh(g)
         return torch.cat([c, torch.sigmoid(o) * torch.tanh(c)], -1)
 
-    def linear_view(self, x, mask=None) -> LinearView:
+    def _linear_view(self, x, mask=None) -> LinearView:
         """First order at (c, h) = 0 (implicit-ngrams Appendix F, with biases)."""
         zi, zf, zg, zo = (self._project(x) + self.bias_hh).chunk(4, -1)
         i0, f0, g0, o0 = torch.sigmoid(zi), torch.sigmoid(zf), torch.tanh(zg), torch.sigmoid(zo)
@@ -197,8 +224,11 @@ class LSTMView(LinearView):
     @property
     def w3(self) -> torch.Tensor:
         """[3H, H]: W_hi, W_hg, W_ho stacked, the blocks that act when a_f is None (W_hf
-        multiplies only c = 0); built once per view."""
-        if self._w3 is None:
+        multiplies only c = 0); built once per view, and again if it was built without
+        autograd and is now needed with it (gradients must reach W)."""
+        stale = self._w3 is not None and torch.is_grad_enabled() and self.W.requires_grad \
+            and not self._w3.requires_grad
+        if self._w3 is None or stale:
             H = self.H
             self._w3 = torch.cat([self.W[:H], self.W[2 * H:]])
         return self._w3
@@ -250,32 +280,52 @@ class LSTMView(LinearView):
 CLASSIC = {"elman": Elman, "gru": GRU, "lstm": LSTM}
 
 
-def from_torch(module: nn.Module) -> Cell:
-    """An rnnlens cell with the weights of a trained torch.nn.RNN, GRU or LSTM.
+def from_torch(module: nn.Module, layer: int | None = None, direction: int = 0) -> Cell:
+    """An rnnlens cell with the weights of a trained torch.nn.RNN, GRU or LSTM: same outputs
+    as the module, in the module's layout (`batch_first` is copied: a time-major module's
+    cell takes and gives [T,B,...]); its linear view is batch-major [B,T,S].
 
-    Single layer, one direction, no projection (multi-layer and bidirectional modules are
-    explained by the interpretation issue's explainer). The copy has torch's outputs.
+    A cell is one layer in one direction. For a stacked or bidirectional module pass
+    `layer` (0 = the first) and `direction` (1 = the reverse one, which reads its input
+    right to left: feed it the sequence reversed); the cell of layer k > 0 takes the layer
+    below's outputs. To explain a whole stacked or bidirectional model, use
+    `rnnlens.analysis.attribution.NGramAttribution(model)`: it decomposes the first layer
+    and reads the layers above through their gradients.
     """
     kinds = {nn.RNN: "elman", nn.GRU: "gru", nn.LSTM: "lstm"}
     kind = kinds.get(type(module))
     if kind is None:
         raise RnnlensError(f"from_torch takes torch.nn.RNN, GRU or LSTM, not {type(module).__name__}")
-    if module.num_layers != 1 or module.bidirectional:
-        raise RnnlensError("from_torch takes a single-layer, one-direction module "
-                           f"(got num_layers={module.num_layers}, bidirectional={module.bidirectional})")
     if getattr(module, "proj_size", 0):
-        raise RnnlensError("from_torch does not take an LSTM with proj_size > 0")
+        raise RnnlensError("from_torch does not take an LSTM with proj_size > 0 (its projected state is "
+                           "not an rnnlens cell's state)")
+    dirs = 2 if module.bidirectional else 1
+    if layer is None:
+        if module.num_layers != 1 or dirs != 1:
+            raise RnnlensError(
+                f"from_torch returns one cell, one layer in one direction, and this module has "
+                f"num_layers={module.num_layers}, bidirectional={module.bidirectional}: pass layer= and "
+                "direction= to take one of them, or explain the whole model with "
+                "NGramAttribution(model), which decomposes the first layer and reads the rest through gradients")
+        layer = 0
+    if not 0 <= layer < module.num_layers:
+        raise RnnlensError(f"layer {layer} out of range: the module has {module.num_layers} layer(s)")
+    if direction not in range(dirs):
+        raise RnnlensError(f"direction {direction} out of range: the module has {dirs} direction(s)")
+    suffix = f"_l{layer}" + ("_reverse" if direction else "")
     kwargs = {"nonlinearity": module.nonlinearity} if kind == "elman" else {}
-    cell = CLASSIC[kind](module.input_size, module.hidden_size, **kwargs)
-    w = module.weight_ih_l0
+    w = getattr(module, "weight_ih" + suffix)
+    cell = CLASSIC[kind](w.shape[1], module.hidden_size, **kwargs)
+    cell.batch_first = module.batch_first
     cell.to(device=w.device, dtype=w.dtype)
     with torch.no_grad():
-        cell.weight_ih.copy_(module.weight_ih_l0)
-        cell.weight_hh.copy_(module.weight_hh_l0)
+        cell.weight_ih.copy_(w)
+        cell.weight_hh.copy_(getattr(module, "weight_hh" + suffix))
         if module.bias:
-            cell.bias_ih.copy_(module.bias_ih_l0)
-            cell.bias_hh.copy_(module.bias_hh_l0)
+            cell.bias_ih.copy_(getattr(module, "bias_ih" + suffix))
+            cell.bias_hh.copy_(getattr(module, "bias_hh" + suffix))
         else:
             cell.bias_ih.zero_()
             cell.bias_hh.zero_()
+    cell.train(module.training)
     return cell

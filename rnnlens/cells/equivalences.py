@@ -357,10 +357,10 @@ class QRNN2(Cell):
             outs.append(state)
         return self.output(torch.stack(outs, 1)), state
 
-    def linear_view(self, x, mask=None) -> RationalView:
+    def linear_view(self, x, mask=None, state=None) -> RationalView:
         """c_t = diag(f_t) c_{t-1} + u_t exactly (real semiring, one block)."""
         u, f, _ = self.gates(x, mask)
-        return RationalView(u[0], f[0][:, :, None, None, :], mask, "real")
+        return RationalView(u[0], f[0][:, :, None, None, :], mask, "real").starting_from(state)
 
 
 class ISAN(AffineCell):

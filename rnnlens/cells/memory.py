@@ -19,7 +19,9 @@ belongs to "k words back", so the newest word always meets the same row. Slots t
 exist (before the sentence start, or on padding) get logit -inf before the softmax: at
 t < N only t + 1 slots share the mass. The bidirectional block (sentence completion, Section
 6) adds N slots after the word to predict: slot N + j holds x_{t+2+j}; x_{t+1} is never in
-its memory.
+its memory. It is a sentence scorer, not a language model (its output at t reads later
+words), and nothing recurrent may follow it: a layer after the block (RMR) would carry
+x_{t+1}, which the block reads at t - 1, into the prediction at t (the config refuses it).
 
 Shapes: B batch, T time, H hidden, N memory size, V vocabulary. `MemoryBlock.forward` is the
 vectorised version (every window gathered at once, one batched product per attention and

@@ -37,13 +37,14 @@ class AffineCell(Cell):
     additive = True                 # MVMA; False: MVM
     clamp: float | None = None      # bound states to (-clamp, clamp) (sequence-level A.4)
 
-    def linear_view(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> LinearView:
+    def linear_view(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                    state: torch.Tensor | None = None) -> LinearView:
         view = self._view(x, mask)
         view.exact = self.clamp is None
         if not self.additive:
             first = first_tokens(mask, x.shape[0], x.shape[1], x.device)
             view.g = view.g * first[..., None].to(view.g.dtype)
-        return view
+        return view.starting_from(state)
 
     def _scan(self, x, mask, s):
         view = self.linear_view(x, mask)

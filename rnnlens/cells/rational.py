@@ -30,21 +30,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.semiring import get_semiring
-from .base import Cell, LinearView
+from .base import Cell, LinearView, hold_at_pads
 
 try:
     from ..ops.elementwise import elementwise_scan
 except ImportError:  # pragma: no cover - while the fast scan is being written
     from ..ops.elementwise import elementwise_scan_ref as elementwise_scan
-
-
-def _hold_at_pads(o: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """o[B,T,H] with each pad position holding the value of the last real token before it
-    (a pad repeats the last real output)."""
-    if mask is None:
-        return o
-    last = (mask.long().cumsum(1) - 1).clamp(min=0)
-    return o.gather(1, last[..., None].expand_as(o))
 
 
 class RationalView(LinearView):
@@ -203,7 +194,9 @@ class RationalCell(Cell):
     def _out(self, x, states, mask=None, o=None):
         c = states[..., (self.blocks - 1) * self.hidden_size:]
         if self.output_gate:
-            o = _hold_at_pads(self.gates(x)[2] if o is None else o, mask)
+            # a pad repeats its row's last real output, so it reads that token's gate; before
+            # the first real token the output is the start state's, tanh(c_0): gate = one
+            o = hold_at_pads(self.gates(x)[2] if o is None else o, mask, self.sr.one)
             c = self.sr.times(o, c)
         h = torch.tanh(c)
         if self.training and self.recurrent_dropout > 0:   # one mask per sequence, all steps
@@ -235,7 +228,7 @@ class RationalCell(Cell):
         h = tanh(o * c) ~ o * c to first order; the n-gram attribution reads h through it."""
         if not self.output_gate:
             return x.new_ones(*x.shape[:2], self.hidden_size)
-        return _hold_at_pads(self.gates(x)[2], mask)
+        return hold_at_pads(self.gates(x)[2], mask, 1.0)
 
     def output(self, s):
         """tanh of the read-out state (the output gate needs the input: see forward)."""
@@ -245,7 +238,7 @@ class RationalCell(Cell):
         return []          # no recurrent matrix: the recurrences are elementwise
 
     # --- the exact view --------------------------------------------------------------
-    def linear_view(self, x, mask=None) -> RationalView:
+    def linear_view(self, x, mask=None, state=None) -> RationalView:
         """The state recurrence s_t = A(x_t) (x) s_{t-1} (+) g(x_t) in the semiring, exactly."""
         H, n, K, sr = self.hidden_size, self.n, self.blocks, self.sr
         u, f, _ = self.gates(x)
@@ -264,7 +257,7 @@ class RationalCell(Cell):
             coef[:, :, 2, 0] = sr.plus(sr.times(p1, f[0]), sr.times(p2, u[1]))
             coef[:, :, 2, 1] = sr.times(p2, f[1])
             g[:, :, 2] = sr.plus(sr.times(p1, u[0]), sr.times(p2, sr.times(r, u[1])))
-        return RationalView(g.reshape(B, T, K * H), coef, mask, sr.name)
+        return RationalView(g.reshape(B, T, K * H), coef, mask, sr.name).starting_from(state)
 
 
 class RRNNB(RationalCell):

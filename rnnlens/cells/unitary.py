@@ -367,7 +367,8 @@ class _WordMatrixCell(Cell):
         return None, draw(B, n, n), draw(B, n)
 
     # --- views -------------------------------------------------------------------
-    def linear_view(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> DenseView:
+    def linear_view(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                    state: torch.Tensor | None = None) -> DenseView:
         """Exact view on s = [h; u]: A_ext = [[A, -A e_0], [0, 0]], g = [A e_0; 1],
         readout h = s[:n], no start state (see the module docstring). Dense [B,T,n+1,n+1]."""
         A = self._matrices(x, mask)
@@ -376,7 +377,7 @@ class _WordMatrixCell(Cell):
         zeros_row = A.new_zeros(B, T, 1, n + 1)
         A_ext = torch.cat([torch.cat([A, -Ae0[..., None]], -1), zeros_row], -2)
         g = torch.cat([Ae0, A.new_ones(B, T, 1)], -1)
-        return DenseView(g, A_ext, mask=mask, readout=slice(0, n), exact=True)
+        return DenseView(g, A_ext, mask=mask, readout=slice(0, n), exact=True).starting_from(state)
 
     def start_view(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> DenseView:
         """The paper's form on h alone: A = A(x_t) [B,T,n,n], g = 0, h0 = e_0. Every n-gram

@@ -15,13 +15,18 @@ from ..errors import RnnlensError
 from .batching import Example
 from .tokenize import Tokenizer
 
+# Every text file is read as UTF-8 without its byte-order mark (Notepad and Excel write one;
+# kept, it would become part of the first label or word): "utf-8-sig" for text, _decode for bytes.
+TEXT_ENCODING = "utf-8-sig"
+BOM = b"\xef\xbb\xbf"
+
 
 def read_text(path: str | Path) -> str:
     p = Path(path)
     if not p.is_file():
         raise RnnlensError(f"data file {p} does not exist")
     try:
-        return p.read_text(encoding="utf-8")
+        return p.read_text(encoding=TEXT_ENCODING)
     except UnicodeDecodeError as e:
         raise RnnlensError(f"{p} is not valid UTF-8 (byte {e.start}); convert it or pass a UTF-8 copy") from None
     except OSError as e:
@@ -92,11 +97,14 @@ def _read_bytes(path) -> bytes:
 
 
 def _decode(data: bytes, path, latin1_fallback: bool) -> str:
-    """UTF-8, or (if allowed) Latin-1 for the whole file when UTF-8 fails.
+    """UTF-8, or (if allowed) Latin-1 for the whole file when UTF-8 fails; a UTF-8
+    byte-order mark at the start is dropped either way.
 
     Latin-1 maps every byte to a character, so the fallback never fails; the
     whole file switches so that one file is never decoded two ways.
     """
+    if data[:3] == BOM:
+        data = data[3:]
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -608,7 +616,7 @@ def _text_stream(path) -> io.TextIOBase:
     p = _existing_file(path)
     with p.open("rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
-    return io.TextIOWrapper(gzip.open(p, "rb") if gz else p.open("rb"), encoding="utf-8", newline="")
+    return io.TextIOWrapper(gzip.open(p, "rb") if gz else p.open("rb"), encoding=TEXT_ENCODING, newline="")
 
 
 def read_linzen_tsv(path, column: str = "sentence",

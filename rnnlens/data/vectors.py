@@ -40,7 +40,7 @@ def load_vectors(path: str | Path, vocab: Vocab, dim: int) -> tuple[torch.Tensor
     opener = gzip.open if gz else open
     lines = 0
     try:
-        with opener(p, "rt", encoding="utf-8", errors="replace") as f:
+        with opener(p, "rt", encoding="utf-8-sig", errors="replace") as f:   # without a byte-order mark
             for no, line in enumerate(f, 1):
                 parts = line.rstrip().split(" ")
                 lines += bool(line.strip())

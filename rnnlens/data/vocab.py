@@ -75,7 +75,7 @@ class Vocab:
     @classmethod
     def load(cls, path: str | Path) -> "Vocab":
         try:
-            d = json.loads(Path(path).read_text(encoding="utf-8"))
+            d = json.loads(Path(path).read_text(encoding="utf-8-sig"))
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
             raise RnnlensError(f"cannot read vocabulary {path}: {e}") from None
         try:

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..data.vocab import Vocab
+
 
 class LMHead(nn.Module):
     """forward(states[B,T,H], batch) -> logits [B,T,V] (or the projected states when the
@@ -57,9 +59,13 @@ class LMHead(nn.Module):
     def loss_and_metrics(self, output, batch):
         """Both from one pass over the softmax (evaluation would otherwise compute it twice)."""
         nll, tokens = self.nll_sum(output, batch), batch.mask.sum()
-        return nll / tokens.clamp(min=1), {"nll": float(nll), "tokens": float(tokens)}
+        unk = (batch.targets[batch.mask] == Vocab.unk_id).sum()
+        return nll / tokens.clamp(min=1), {"nll": float(nll), "tokens": float(tokens), "unk": float(unk)}
 
     def finalize(self, m: dict) -> dict[str, float]:
+        """ppl, and beside it unk_rate: the fraction of the predicted tokens that are <unk> (the
+        more of them, the easier the text looks)."""
         from ..metrics import perplexity
 
-        return {"ppl": perplexity(m["nll"], max(m["tokens"], 1.0))}
+        tokens = max(m["tokens"], 1.0)
+        return {"ppl": perplexity(m["nll"], tokens), "unk_rate": m.get("unk", 0.0) / tokens}

@@ -7,6 +7,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from ..argtypes import SEED, SIZE
 from ..errors import RnnlensError
 from . import default_configs_dir, get_table, load_tables
 from .run import BUDGETS, Context, missing_data, run_table
@@ -97,15 +98,17 @@ def cmd_repro(args) -> int:
     ctx = Context(out=out, budget=args.budget, seeds=args.seeds, seed0=args.seed, data_dir=data_dir,
                   configs=configs, threads=args.threads, device=args.device, progress=not args.quiet,
                   tiny=args.tiny)
+    from ..outfiles import writing
     from .render import markdown, to_html, to_json
 
-    for t in tables:
-        results = run_table(ctx, t, selected)
-        md = markdown(t, results, ctx)
-        _write_atomic(out / f"{t.id}.json", to_json(t, results, ctx))
-        _write_atomic(out / f"{t.id}.html", to_html(t, results, ctx))
-        _write_atomic(out / f"{t.id}.md", md)
-        print(md)
+    with writing(out):                  # one repro at a time in DIR: its runs/ are shared
+        for t in tables:
+            results = run_table(ctx, t, selected)
+            md = markdown(t, results, ctx)
+            _write_atomic(out / f"{t.id}.json", to_json(t, results, ctx))
+            _write_atomic(out / f"{t.id}.html", to_html(t, results, ctx))
+            _write_atomic(out / f"{t.id}.md", md)
+            print(md)
     print(f"wrote {out}")
     return 0
 
@@ -116,12 +119,12 @@ def add_parser(sub) -> None:
     rp.add_argument("tables", nargs="*", metavar="TABLE", help="table ids (see --list), or 'all'")
     rp.add_argument("--list", action="store_true", help="list the tables, their data needs and times")
     rp.add_argument("--budget", default="quick", help="quick (minutes per run on a CPU) or full (the paper's settings)")
-    rp.add_argument("--seeds", type=int, default=1, help="runs per row (mean and std over them)")
-    rp.add_argument("--seed", type=int, default=0, help="the first seed")
+    rp.add_argument("--seeds", type=SIZE, default=1, help="runs per row (mean and std over them)")
+    rp.add_argument("--seed", type=SEED, default=0, help="the first seed")
     rp.add_argument("--out", help="output folder: <table>.md/.html/.json and runs/ (reused across tables)")
     rp.add_argument("--data-dir", help="folder of the datasets (e.g. ../shared/data)")
     rp.add_argument("--configs", help="the configs/ folder (default: the checkout's)")
-    rp.add_argument("--threads", type=int, default=None)
+    rp.add_argument("--threads", type=SIZE, default=None)
     rp.add_argument("--device", default="cpu")
     rp.add_argument("--rows", action="append", metavar="TEXT",
                     help="run only the rows whose label contains TEXT (repeat for several); the "

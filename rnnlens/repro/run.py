@@ -114,6 +114,8 @@ def tiny_overrides(d: dict) -> None:
         data["max_train_examples"] = 2000                # training tokens of the LM stream
     elif data.get("corpus") != "polarity":
         data["max_train_examples"] = 64
+    if data.get("corpus") in ("ptb", "wikitext2"):        # a small softmax over the whole dev text
+        data["max_vocab"] = min(data.get("max_vocab") or 2000, 2000)
     model["hidden_size"] = min(model.get("hidden_size") or 8, 16)
     if not model.get("embeddings_file") and model.get("cell") != "urn":
         model["embedding_dim"] = min(model.get("embedding_dim") or 8, 16)

@@ -18,6 +18,7 @@ import torch
 from ..data.tokenize import Tokenizer
 from ..data.vocab import Vocab
 from ..errors import RnnlensError
+from ..outfiles import writing
 from .config import Config
 
 FILES = ("config.json", "vocab.json", "model.safetensors", "metrics.jsonl")
@@ -27,12 +28,21 @@ FORMAT = "rnnlens-checkpoint"
 def save_checkpoint(path: str | Path, model: torch.nn.Module, cfg: Config, vocab: Vocab,
                     labels: list[str] | None, task: str = "classify", notes: list[str] | None = None) -> None:
     """Write config.json, vocab.json and model.safetensors into an existing directory."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_model
 
     path = Path(path)
     vocab.save(path / "vocab.json")
     # save_model drops the duplicates of tied weights (a tied LM shares its embedding).
-    save_model(model.cpu(), str(path / "model.safetensors"), metadata={"format": FORMAT})
+    try:
+        save_model(model.cpu(), str(path / "model.safetensors"), metadata={"format": FORMAT})
+    except SafetensorError as e:         # its I/O errors (a full disk) are not OSErrors: make them one
+        import errno
+        import re
+
+        code = re.search(r"os error (\d+)", str(e))
+        code = int(code.group(1)) if code else errno.EIO
+        raise OSError(code, os.strerror(code), str(path / "model.safetensors")) from None
     meta = {"format": FORMAT, "task": task, "labels": labels, "vocab_size": len(vocab), "notes": notes or [],
             "tokenizer": Tokenizer(lowercase=cfg.data.lowercase).to_dict(), "config": cfg.to_dict(),
             # what load_checkpoint checks: a vocab.json or weights file of another model (even
@@ -75,7 +85,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu"):
         raise RnnlensError(f"{path} is not an rnnlens model directory: missing {', '.join(missing)}")
     config_path, vocab_path, weights_path = (path / f for f in FILES[:3])
     try:
-        meta = json.loads(config_path.read_text(encoding="utf-8"))
+        meta = json.loads(config_path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise RnnlensError(f"{config_path} is corrupt: {e}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
@@ -194,26 +204,28 @@ def output_dir(path: str | Path, force: bool = False):
 
     An existing `path` is refused unless force=True, in which case it is replaced only
     after the new content is complete. On failure the temporary directory is removed.
+    The output is locked for the block (outfiles.writing): a second writer of the same
+    `path` is refused while this one lives.
     """
     path = Path(path)
-    if path.exists() and not force:
-        raise RnnlensError(f"output folder {path} exists; use --force to replace it")
-    if path.exists() and not path.is_dir():
-        raise RnnlensError(f"output path {path} exists and is not a folder")
-    parent = path.parent if str(path.parent) else Path(".")
-    prefix = f".{path.name}.tmp-{_host()}-"
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        _remove_orphans(parent, prefix)
-        tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
-    except OSError as e:
-        raise RnnlensError(f"cannot create output folder {path}: {e.strerror}") from None
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    replace_dir(tmp, path)
+    with writing(path, create_parent=True):
+        if path.exists() and not force:
+            raise RnnlensError(f"output folder {path} exists; use --force to replace it")
+        if path.exists() and not path.is_dir():
+            raise RnnlensError(f"output path {path} exists and is not a folder")
+        parent = path.parent if str(path.parent) else Path(".")
+        prefix = f".{path.name}.tmp-{_host()}-"
+        try:
+            _remove_orphans(parent, prefix)
+            tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
+        except OSError as e:
+            raise RnnlensError(f"cannot create output folder {path}: {e.strerror}") from None
+        try:
+            yield tmp
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        replace_dir(tmp, path)
 
 
 def _host() -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -21,10 +22,61 @@ MEMORY_KINDS = ("rm", "rmr")
 LOSS_AVERAGES = ("token", "sentence")
 ON_NAN = ("stop", "skip")
 
+# The range of every number of a config (Config.validate checks them before anything else):
+# (low, high, low excluded, high excluded), None for no bound. Floats must also be finite.
+# A list field (adaptive_softmax) has the range of its items. A test checks that every int
+# and float field is listed.
+_ANY, _AT_LEAST_0, _AT_LEAST_1 = (None, None, False, False), (0, None, False, False), (1, None, False, False)
+_POSITIVE, _FRACTION, _SEED = (0, None, True, False), (0, 1, False, True), (0, 2**32 - 1, False, False)
+RANGES: dict[str, tuple] = {
+    "data.max_train_examples": _AT_LEAST_1, "data.max_length": _AT_LEAST_1, "data.bptt": _AT_LEAST_1,
+    "data.corpus_seed": _SEED, "data.min_count": _AT_LEAST_1, "data.max_vocab": _AT_LEAST_1,
+    "data.train_size": _AT_LEAST_1, "data.dev_size": _AT_LEAST_0, "data.test_size": _AT_LEAST_1,
+    "data.train_depth": _AT_LEAST_1, "data.test_depth": _AT_LEAST_1, "data.train_k": _AT_LEAST_1,
+    "data.test_k": _AT_LEAST_1,
+    "model.embedding_dim": _AT_LEAST_1, "model.hidden_size": _AT_LEAST_1, "model.layers": _AT_LEAST_1,
+    "model.mlp_hidden": _AT_LEAST_1, "model.dropout": _FRACTION, "model.embedding_dropout": _FRACTION,
+    "model.layer_dropout": _FRACTION, "model.recurrent_dropout": _FRACTION, "model.adaptive_softmax": _AT_LEAST_1,
+    "model.heads": _AT_LEAST_1, "model.clamp": _POSITIVE, "model.window": _AT_LEAST_1,
+    "model.truncation": _AT_LEAST_1, "model.init_range": _POSITIVE, "model.forget_bias": _ANY,
+    "model.memory_size": _AT_LEAST_1, "model.checkpoint_chunk": _AT_LEAST_1,
+    "train.lr": _POSITIVE, "train.weight_decay": _AT_LEAST_0, "train.epochs": _AT_LEAST_1,
+    "train.batch_size": _AT_LEAST_1, "train.clip": _POSITIVE, "train.patience": _AT_LEAST_1, "train.seed": _SEED,
+    "train.lr_decay": (0, 1, True, False), "train.threads": _AT_LEAST_1, "train.time_limit": _POSITIVE,
+    "train.lr_halve_after": _AT_LEAST_1, "train.checkpoint_every": _AT_LEAST_1,
+}
+
+
+def range_text(lo, hi, lo_open: bool, hi_open: bool) -> str:
+    """A range of RANGES in words: ">= 1", "> 0", "in [0, 1)"."""
+    if hi is None:
+        return f"{'>' if lo_open else '>='} {lo}"
+    if lo is None:
+        return f"{'<' if hi_open else '<='} {hi}"
+    return f"in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+
+
+def check_ranges(cfg: Config) -> None:
+    """Every number of cfg finite and within its range of RANGES; RnnlensError naming the field."""
+    for where, (lo, hi, lo_open, hi_open) in RANGES.items():
+        section, name = where.split(".")
+        value = getattr(getattr(cfg, section), name)
+        for v in (value if isinstance(value, list) else [value]):
+            if v is None:
+                continue
+            if isinstance(v, float) and not math.isfinite(v):
+                raise RnnlensError(f"{where} must be a finite number, got {v}")
+            if ((lo is not None and (v <= lo if lo_open else v < lo))
+                    or (hi is not None and (v >= hi if hi_open else v > hi))):
+                raise RnnlensError(f"{where} must be {range_text(lo, hi, lo_open, hi_open)}, got {v}")
+
 
 TASKS = ("classify", "regress", "relation", "tag", "lm", "dyck", "crossserial", "agreement")
 # Tasks with a dataset of their own name: `--task dyck` alone means `--data dyck`.
 OWN_CORPUS_TASKS = ("dyck", "crossserial", "agreement")
+# Next-symbol tasks: the prediction at t may read the tokens up to t only.
+NEXT_TOKEN_TASKS = ("lm", "dyck", "crossserial")
+LM_CORPORA = ("ptb", "wikitext2")     # the datasets whose own task is "lm"
 
 
 @dataclass
@@ -148,6 +200,8 @@ class Config:
         d = dict(d)
         budgets = d.pop("budgets", None) or {}
         d.pop("description", None)
+        if not isinstance(budgets, dict) or not all(isinstance(v, dict) for v in budgets.values()):
+            raise RnnlensError("config budgets must map each budget's name to its overrides (sections of settings)")
         if budget not in (None, "full"):
             if budget not in budgets:
                 raise RnnlensError(f"budget {budget!r} is not defined here; defined: {', '.join(['full', *budgets])}")
@@ -161,7 +215,7 @@ class Config:
             raise RnnlensError(f"unknown config section(s) {', '.join(unknown)}; "
                                f"valid: {', '.join(sections)}, version, budgets, description")
         hints = get_type_hints(cls)
-        parts = {name: _section(hints[name], d.get(name) or {}, name) for name in sections}
+        parts = {name: _section(hints[name], d.get(name, {}), name) for name in sections}
         cfg = cls(**parts)
         cfg.validate()
         return cfg
@@ -176,27 +230,19 @@ class Config:
                 raise RnnlensError(msg)
 
         m, t, dcfg = self.model, self.train, self.data
+        check_ranges(self)
         need(m.cell in CELLS or m.cell == "transformer",
              f"model.cell {m.cell!r} is not one of {', '.join([*CELLS, 'transformer'])}")
-        need(m.layers >= 1, "model.layers must be >= 1")
         need(m.truncation is None or (m.cell == "urn" and 1 <= m.truncation < m.hidden_size),
              "model.truncation is for the urn cell, between 1 and hidden_size - 1")
         need(m.word_dropout in ("embedding", "matrix"), "model.word_dropout must be 'embedding' or 'matrix'")
-        for name in ("dropout", "embedding_dropout", "layer_dropout", "recurrent_dropout"):
-            need(0.0 <= getattr(m, name) < 1.0, f"model.{name} must be in [0, 1)")
-        need(m.mlp_hidden is None or m.mlp_hidden > 0, "model.mlp_hidden must be positive")
         need(m.cell != "transformer" or m.hidden_size % m.heads == 0,
              "model.hidden_size must be a multiple of model.heads for the transformer")
         need(m.adaptive_softmax is None or list(m.adaptive_softmax) == sorted(set(m.adaptive_softmax)),
              "model.adaptive_softmax cutoffs must be increasing")
-        need(0.0 < t.lr_decay <= 1.0, "train.lr_decay must be in (0, 1]")
         need(t.select is None or re.fullmatch(r"[A-Za-z_][\w.]*(:(min|max))?", t.select) is not None,
              f"train.select {t.select!r} must be a metric name, optionally followed by :min or :max")
         need(t.select is None or not t.select.startswith("last:"), "train.select 'last' takes no :min or :max")
-        need(m.clamp is None or m.clamp > 0, "model.clamp must be positive")
-        need(m.window >= 1, "model.window must be >= 1")
-        need(t.threads is None or t.threads >= 1, "train.threads must be >= 1")
-        need(t.time_limit is None or t.time_limit > 0, "train.time_limit must be > 0 seconds")
         need(dcfg.task is None or dcfg.task in TASKS, f"data.task {dcfg.task!r} is not one of {', '.join(TASKS)}")
         if dcfg.task in OWN_CORPUS_TASKS and dcfg.corpus == "polarity":
             dcfg.corpus = dcfg.task           # the default corpus never has these tasks
@@ -205,16 +251,10 @@ class Config:
             value = getattr(dcfg, name)
             need(value is None or dcfg.corpus in formal,
                  f"data.{name} is for the dyck and crossserial corpora only")
-            lo = 0 if name == "dev_size" else 1
-            need(value is None or value >= lo, f"data.{name} must be >= {lo}")
             need(value is None or not name.endswith(("_depth", "_k")) or name in formal.get(dcfg.corpus, ()),
                  f"data.{name} does not apply to corpus {dcfg.corpus!r}")
-        need(dcfg.bptt >= 1, "data.bptt must be >= 1")
         need(not dcfg.sentence_level or dcfg.task in (None, "lm"), "data.sentence_level is for the lm task")
-        need(m.init_range is None or m.init_range > 0, "model.init_range must be > 0")
         need(m.forget_bias is None or m.cell == "lstm", "model.forget_bias is for the lstm cell")
-        need(t.lr_halve_after is None or t.lr_halve_after >= 1, "train.lr_halve_after must be >= 1")
-        need(t.checkpoint_every is None or t.checkpoint_every >= 1, "train.checkpoint_every must be >= 1")
         need(t.on_nan in ON_NAN, f"train.on_nan {t.on_nan!r} is not one of {', '.join(ON_NAN)}")
         need(t.loss_average in LOSS_AVERAGES,
              f"train.loss_average {t.loss_average!r} is not one of {', '.join(LOSS_AVERAGES)}")
@@ -224,26 +264,42 @@ class Config:
              f"model.memory {m.memory!r} is not one of {', '.join(MEMORY_KINDS)} (or null: no memory block)")
         need(m.memory_composition in COMPOSITIONS,
              f"model.memory_composition {m.memory_composition!r} is not one of {', '.join(COMPOSITIONS)}")
-        need(m.memory_size >= 1, "model.memory_size must be >= 1")
-        need(m.checkpoint_chunk is None or (m.checkpoint_chunk >= 1 and m.cell != "transformer"),
-             "model.checkpoint_chunk must be >= 1 and is for recurrent cells (not transformer)")
+        need(m.checkpoint_chunk is None or m.cell != "transformer",
+             "model.checkpoint_chunk is for recurrent cells (not transformer)")
         if m.memory is not None:
             need(m.cell != "transformer" and not m.bidirectional,
                  "model.memory stacks the block on one-direction recurrent cells (not transformer, not bidirectional)")
             need(dcfg.sentence_level, "model.memory needs data.sentence_level: true (the block's window "
                  "starts at each sentence)")
-        need(dcfg.max_length is None or dcfg.max_length >= 1, "data.max_length must be >= 1")
+        task = dcfg.task or ("lm" if dcfg.sentence_level or dcfg.corpus in LM_CORPORA else
+                             dcfg.corpus if dcfg.corpus in OWN_CORPUS_TASKS else None)
+        leak = future_leak(m) if task in NEXT_TOKEN_TASKS else None
+        need(leak is None, f"the {task} task predicts each symbol from the ones before it; {leak}")
         need(m.pooling in POOLINGS, f"model.pooling {m.pooling!r} is not one of {', '.join(POOLINGS)}")
-        need(m.embedding_dim > 0 and m.hidden_size > 0, "model sizes must be positive")
         need(t.optimizer in OPTIMIZERS, f"train.optimizer {t.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
-        need(t.lr > 0, "train.lr must be positive")
-        need(t.epochs >= 1 and t.batch_size >= 1, "train.epochs and train.batch_size must be >= 1")
-        need(t.patience >= 1, "train.patience must be >= 1")
         from ..data.datasets import DATASETS
         need(dcfg.corpus in ("polarity", "tsv", *DATASETS),
              f"data.corpus {dcfg.corpus!r} is not one of {', '.join(['polarity', 'tsv', *DATASETS])}")
         need(dcfg.corpus != "tsv" or bool(dcfg.train_file), "data.corpus 'tsv' needs data.train_file")
-        need(dcfg.min_count >= 1, "data.min_count must be >= 1")
+
+
+def future_leak(m: ModelConfig) -> str | None:
+    """Why a model built from m would let its prediction at t read a later token, or None.
+    A next-symbol task refuses these: the symbol to predict at t is the input at t + 1.
+
+    One model reads later tokens by design and is let through: the bidirectional memory
+    block (rm) reads the N words after the one to predict, never that word itself (the
+    recurrent-memory paper's sentence-completion model; see cells/memory.py). A layer after
+    that block (rmr) would carry x_{t+1}, which the block reads at t - 1, into the
+    prediction at t, so that pairing is refused."""
+    if m.cell == "transformer":
+        return "model.cell 'transformer' attends over the whole sequence"
+    if m.bidirectional:
+        return "model.bidirectional reads each sequence from its end too"
+    if m.memory == "rmr" and m.memory_bidirectional:
+        return ("model.memory_bidirectional with model.memory 'rmr' lets the prediction at t read the "
+                "word it predicts (the layer after the block carries it)")
+    return None
 
 
 def parse_select(spec: str) -> tuple[str, str]:
@@ -268,7 +324,7 @@ def merge(base: dict, over: dict) -> dict:
 
 def _section(typ, values: dict, name: str):
     if not isinstance(values, dict):
-        raise RnnlensError(f"config section {name!r} must be a mapping")
+        raise RnnlensError(f"config section {name} must be a mapping of its settings, got {_shown(values)}")
     hints = get_type_hints(typ)
     valid = [f.name for f in fields(typ)]
     unknown = sorted(set(values) - set(valid))
@@ -278,50 +334,84 @@ def _section(typ, values: dict, name: str):
     return typ(**{k: coerce(v, hints[k], f"{name}.{k}") for k, v in values.items()})
 
 
-def coerce(value: Any, hint, where: str):
-    """Check (and convert where lossless, e.g. int -> float or "3" -> 3) one config value."""
+def _base(hint) -> tuple[Any, bool]:
+    """(the type without None, whether None is allowed) of a field's annotation."""
     args = getattr(hint, "__args__", None)
-    optional = args is not None and type(None) in args
-    base = next((a for a in args if a is not type(None)), hint) if args else hint
-    if value is None or (isinstance(value, str) and value.lower() == "none" and optional):
-        if optional:
-            return None
-        raise RnnlensError(f"{where} must not be empty")
+    if args is not None and type(None) in args:
+        return next(a for a in args if a is not type(None)), True
+    return hint, False
+
+
+def _kind(base) -> str:
+    if getattr(base, "__origin__", None) is list:
+        return f"a list of {_kind(base.__args__[0]).split(' ', 1)[-1]}s"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        base, getattr(base, "__name__", str(base)))
+
+
+def _shown(value) -> str:
+    """A value as the config file writes it (JSON): "16" for a string, null, true."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def coerce(value: Any, hint, where: str):
+    """Check one config value against its field's annotation, strictly: an int field takes an
+    integer (not "16", not true, not 16.0), a float field a number (an integer is taken as a
+    float), a bool field true or false, a str field a string, a list field a list of its
+    items; null only where the field is optional. RnnlensError naming the field otherwise."""
+    base, optional = _base(hint)
+    ok = False
+    if value is None:
+        ok = optional
+    elif getattr(base, "__origin__", None) is list:
+        if isinstance(value, list):
+            try:
+                return [coerce(v, base.__args__[0], where) for v in value]
+            except RnnlensError:
+                pass                    # named below, with the whole list
+    elif base is bool:
+        ok = isinstance(value, bool)
+    elif base is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif base is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif base is str:
+        ok = isinstance(value, str)
+    if ok:
+        return value
+    raise RnnlensError(f"{where} must be {_kind(base)}{' or null' if optional else ''}, got {_shown(value)}")
+
+
+def parse_flag(text: str, hint, where: str):
+    """A command-line value (always text) as the field's type: "16" -> 16, "0.1" -> 0.1, "inf"
+    -> inf (validation refuses it, naming the field), true/false/yes/no/1/0 for a bool,
+    none/null for an optional field, "2000,10000" for a list. RnnlensError naming the field."""
+    base, optional = _base(hint)
+    t = text.strip()
+    if optional and t.lower() in ("none", "null"):
+        return None
     try:
         if getattr(base, "__origin__", None) is list:
-            if isinstance(value, str):
-                value = [v for v in value.replace(" ", "").split(",") if v]
-            if not isinstance(value, (list, tuple)):
-                raise ValueError
-            item = base.__args__[0]
-            return [coerce(v, item, where) for v in value]
+            return [parse_flag(v, base.__args__[0], where) for v in t.replace(" ", "").split(",") if v]
         if base is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("true", "1", "yes", "false", "0", "no"):
-                return value.lower() in ("true", "1", "yes")
-            raise ValueError
-        if base is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if base is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
+            return {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}[t.lower()]
+        if base in (int, float):
+            return base(t)
         if base is str:
-            if not isinstance(value, str):
-                raise ValueError
-            return value
-    except (TypeError, ValueError):
+            return text
+    except (KeyError, ValueError, RnnlensError):
         pass
-    raise RnnlensError(f"{where} must be {getattr(base, '__name__', base)}, got {value!r}")
+    raise RnnlensError(f"{where} must be {_kind(base)}{' or none' if optional else ''}, got {text!r}")
 
 
 def load_config_file(path: str | Path, budget: str | None = None) -> Config:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:
         raise RnnlensError(f"cannot read config {p}: {e.strerror if isinstance(e, OSError) else e}") from None
     try:

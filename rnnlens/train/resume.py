@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import RnnlensError
+from ..outfiles import writing
 from .checkpoint import replace_dir
 
 FORMAT = "rnnlens-resume"
@@ -98,9 +99,12 @@ class Checkpoints:
                     metadata={"format": FORMAT, "state": meta})
         step = int(state["step"])
         name = f"step-{step:09d}-{hashlib.sha256(data).hexdigest()[:16]}.safetensors"
-        self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / name
-        _atomic_write(path, data)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            _atomic_write(path, data)
+        except OSError as e:
+            raise self.write_failed(path, e) from None
         self.last_step = step
         # the same step saved again (an epoch's end after its last batch) supersedes the older
         for p in _listing(self.dir):
@@ -110,28 +114,48 @@ class Checkpoints:
             p.unlink(missing_ok=True)
         return path
 
+    def write_failed(self, path: Path, e: OSError) -> RnnlensError:
+        """The one-line error for a write of this run that failed (a full disk): what
+        failed, and that the last checkpoint, which the failed write never touches, is intact."""
+        what = (e.strerror or str(e)).strip()
+        what = what[:1].lower() + what[1:]
+        files = _listing(self.dir)
+        if self.last_step is not None and files:
+            tail = (f"the last good checkpoint (step {self.last_step}, {files[-1]}) is intact: continue with "
+                    f"`{self.hint or 'rnnlens train --resume OUT'}` once there is room")
+        else:
+            tail = "no checkpoint was written before it"
+        return RnnlensError(f"{what} while writing {path}; {tail}")
+
     @staticmethod
     def latest(folder: str | Path) -> Saved | None:
         """The newest intact checkpoint in folder/checkpoints (None if there is none). A
-        damaged one is reported in a one-line warning, removed, and the one before it used;
-        RnnlensError if every one is damaged."""
+        damaged one is reported in a one-line warning, moved to checkpoints/damaged/ (which
+        goes with the checkpoints when the run completes) and the one before it used.
+        RnnlensError if every one is damaged; they are then left where they are."""
         d = Path(folder) / "checkpoints"
         for tmp in d.glob("*.tmp"):                # a write the kill interrupted
             tmp.unlink(missing_ok=True)
         files = _listing(d)
-        damaged = 0
+        damaged: list[tuple[Path, RnnlensError]] = []
         for path in reversed(files):
             try:
                 saved = read_checkpoint(path)
             except RnnlensError as e:
-                damaged += 1
-                left = len(files) - damaged
-                warn(f"{e}; " + ("using the checkpoint before it" if left else "no checkpoint before it"))
-                path.unlink(missing_ok=True)
+                damaged.append((path, e))
                 continue
+            for bad, e in damaged:
+                aside = d / "damaged" / bad.name
+                try:
+                    aside.parent.mkdir(exist_ok=True)
+                    bad.replace(aside)
+                    warn(f"{e}; moved to {aside.parent}/, using the checkpoint before it")
+                except OSError:
+                    warn(f"{e}; using the checkpoint before it")
             return saved
         if damaged:
-            raise RnnlensError(f"no intact checkpoint in {d} ({damaged} damaged); start again with --force")
+            raise RnnlensError(f"no intact checkpoint in {d}: all {len(damaged)} damaged ({damaged[0][1]}); "
+                               "they are kept there for inspection; start again with --force (which removes them)")
         return None
 
 
@@ -152,12 +176,18 @@ def _step_of(p: Path) -> int | None:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    """Write through `path`.tmp, synced, then renamed: `path` is whole or absent, and a
+    failed write (a full disk) leaves no temporary file behind."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     try:                                           # make the rename itself durable
         fd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -302,29 +332,31 @@ def training_dir(out: str | Path, force: bool = False, resume: bool = False):
     """Yield OUT.partial/, the folder a (resumable) training writes into; it becomes OUT when
     the block succeeds. A fresh run refuses an existing OUT, or an OUT.partial/ holding
     checkpoints, unless force. On failure or interruption OUT.partial/ is kept when it holds
-    a checkpoint (so --resume can continue) and removed otherwise."""
+    a checkpoint (so --resume can continue) and removed otherwise. OUT is locked for the
+    block (outfiles.writing): a second run on it, --resume and --force included, is refused."""
     out = Path(out)
-    part = partial_dir(out)
-    if out.exists() and not out.is_dir():
-        raise RnnlensError(f"output path {out} exists and is not a folder")
-    if out.exists() and not force:
-        raise RnnlensError(f"output folder {out} exists; use --force to replace it")
-    if part.exists() and not part.is_dir():
-        raise RnnlensError(f"{part} exists and is not a folder")
-    if not resume and part.exists():
-        if _listing(part / "checkpoints") and not force:
-            raise RnnlensError(f"{part} holds an interrupted run: continue it with --resume {out}, "
-                               "or use --force to start again")
-        shutil.rmtree(part)
-    try:
-        part.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise RnnlensError(f"cannot create output folder {part}: {e.strerror}") from None
-    try:
-        yield part
-    except BaseException:
-        if not _listing(part / "checkpoints"):
-            shutil.rmtree(part, ignore_errors=True)
-        raise
-    shutil.rmtree(part / "checkpoints", ignore_errors=True)
-    replace_dir(part, out)
+    with writing(out, create_parent=True):    # one writer at a time, for the life of the run
+        part = partial_dir(out)
+        if out.exists() and not out.is_dir():
+            raise RnnlensError(f"output path {out} exists and is not a folder")
+        if out.exists() and not force:
+            raise RnnlensError(f"output folder {out} exists; use --force to replace it")
+        if part.exists() and not part.is_dir():
+            raise RnnlensError(f"{part} exists and is not a folder")
+        if not resume and part.exists():
+            if _listing(part / "checkpoints") and not force:
+                raise RnnlensError(f"{part} holds an interrupted run: continue it with --resume {out}, "
+                                   "or use --force to start again")
+            shutil.rmtree(part)
+        try:
+            part.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RnnlensError(f"cannot create output folder {part}: {e.strerror}") from None
+        try:
+            yield part
+        except BaseException:
+            if not _listing(part / "checkpoints"):
+                shutil.rmtree(part, ignore_errors=True)
+            raise
+        shutil.rmtree(part / "checkpoints", ignore_errors=True)
+        replace_dir(part, out)

@@ -26,6 +26,9 @@ class Data:
     splits: dict[str, list[Example]]
     labels: list[str] | None
     notes: list[str]
+    # The whole training split, before the budget cap: the vocabulary is built from it (the cap
+    # is a budget on training, not on the words a model knows). None: splits["train"].
+    vocab_source: list[Example] | None = None
 
 
 def load_data(cfg: Config) -> Data:
@@ -85,15 +88,19 @@ def load_data(cfg: Config) -> Data:
     cap = d.max_train_examples
     if cap is not None:
         train = data.splits["train"]
-        if lm_stream:
+        if lm_stream and len(train[0].tokens) > cap:
+            data.vocab_source = train
             data.splits["train"] = [Example(train[0].tokens[:cap])]
-            data.notes.append(f"training stream capped at {cap} tokens by the budget")
-        elif len(train) > cap:
+            data.notes.append(f"training stream capped at {cap:,} of {len(train[0].tokens):,} tokens by the "
+                              "budget; the vocabulary is built from the whole training split")
+        elif not lm_stream and len(train) > cap:
             # A seeded sample, not the first rows: files are often sorted by label.
             import random
             idx = sorted(random.Random(cfg.train.seed).sample(range(len(train)), cap))
+            data.vocab_source = train
             data.splits["train"] = [train[i] for i in idx]
-            data.notes.append(f"training set capped at {cap} of {len(train)} examples by the budget")
+            data.notes.append(f"training set capped at {cap:,} of {len(train):,} examples by the budget; "
+                              "the vocabulary is built from the whole training split")
     return data
 
 
@@ -114,7 +121,25 @@ def split_sentences(stream: list[str]) -> tuple[list[Example], int]:
 
 
 def build_vocab(cfg: Config, data: Data) -> Vocab:
-    return Vocab.build((ex.tokens for ex in data.splits["train"]), cfg.data.min_count, cfg.data.max_vocab)
+    """The vocabulary of the whole training split (data.min_count, data.max_vocab), whatever
+    part of it the budget lets the model train on."""
+    source = data.vocab_source if data.vocab_source is not None else data.splits["train"]
+    return Vocab.build((ex.tokens for ex in source), cfg.data.min_count, cfg.data.max_vocab)
+
+
+def unk_rate(examples: list[Example], vocab: Vocab) -> float:
+    """The fraction of the examples' tokens that `vocab` maps to <unk> (a literal <unk> in
+    the text included, as in PTB)."""
+    total = sum(len(ex.tokens) for ex in examples)
+    known, unk = vocab.stoi, vocab.unk_id
+    unknown = sum(known.get(tok, unk) == unk for ex in examples for tok in ex.tokens)
+    return unknown / max(total, 1)
+
+
+def vocab_note(vocab: Vocab, data: Data) -> str:
+    """How large the vocabulary is and how much of each evaluated split it does not cover."""
+    rates = [f"{name} {unk_rate(split, vocab):.2%}" for name, split in data.splits.items() if name != "train"]
+    return f"vocabulary: {len(vocab):,} entries" + (f"; <unk> tokens: {', '.join(rates)}" if rates else "")
 
 
 def batches(cfg: Config, task: str, examples: list[Example], vocab: Vocab, train: bool):
@@ -182,10 +207,14 @@ def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, d
         torch.set_num_threads(cfg.train.threads)
     seed_everything(cfg.train.seed)
     data = load_data(cfg)
+    vocab = build_vocab(cfg, data)
+    data.notes.append(vocab_note(vocab, data))
+    if data.task == "lm" and cfg.model.memory is not None and cfg.model.memory_bidirectional:
+        data.notes.append("model.memory_bidirectional: the block also reads the words after the one to "
+                          "predict, so this perplexity is not a language model's (it scores sentence completion)")
     if progress:
         for note in data.notes:
             print(f"note: {note}")
-    vocab = build_vocab(cfg, data)
     model = build_model(cfg, vocab, data.task, data.labels)
     if cfg.train.init_from:
         init_weights(model, cfg.train.init_from, vocab, data.task, data.labels)
@@ -207,5 +236,8 @@ def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, d
         trainer._log({"split": "test", "best_epoch": trainer.best_epoch, **{f"test_{k}": v for k, v in test.items()}})
     model.cpu().eval()
     if dist is None or dist.is_main:
-        save_checkpoint(out, model, cfg, vocab, data.labels, data.task, data.notes)
+        try:
+            save_checkpoint(out, model, cfg, vocab, data.labels, data.task, data.notes)
+        except OSError as e:             # a full disk: one line, and what is kept
+            raise trainer.write_failed(Path(e.filename or out), e) from None
     return RunResult(model, vocab, data.labels, history, test, data.notes)

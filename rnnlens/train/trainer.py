@@ -99,8 +99,17 @@ class Trainer:
     def _log(self, record: dict) -> None:
         self.history.append(record)
         if self.metrics_path is not None:
-            with self.metrics_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            try:
+                with self.metrics_path.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(record) + "\n")
+            except OSError as e:
+                raise self.write_failed(self.metrics_path, e) from None
+
+    def write_failed(self, path: Path, e: OSError) -> RnnlensError:
+        """One line for a write that failed (a full disk), saying what is kept."""
+        if self.checkpoints is not None:
+            return self.checkpoints.write_failed(path, e)
+        return RnnlensError(f"{(e.strerror or str(e)).strip()} while writing {path}")
 
     @torch.no_grad()
     def evaluate(self, batches: Iterable) -> dict[str, float]:
@@ -204,8 +213,12 @@ class Trainer:
                     self._resume_pos["sums"] = {}
         if self.metrics_path is not None:   # the lines logged after the checkpoint go
             tmp = self.metrics_path.with_name(self.metrics_path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in self.history), encoding="utf-8")
-            tmp.replace(self.metrics_path)
+            try:
+                tmp.write_text("".join(json.dumps(r) + "\n" for r in self.history), encoding="utf-8")
+                tmp.replace(self.metrics_path)
+            except OSError as e:
+                tmp.unlink(missing_ok=True)
+                raise self.write_failed(self.metrics_path, e) from None
         set_rng_state(s["rng"], t)
 
     def _fault(self, what: str, epoch: int) -> None:

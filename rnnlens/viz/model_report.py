@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch import nn
 
 from ..errors import RnnlensError
 from . import plots
@@ -131,25 +129,6 @@ def _sample_sentences(data, split: str, task: str, n: int, seed: int = 0) -> lis
 
 # --- per-sentence decomposition --------------------------------------------------------------
 
-class _AtPosition(nn.Module):
-    """Looks like the model to NGramAttribution (same encoder) but returns the scores of one
-    position: a tagger's emissions or a language model's next-word logits (log-probabilities
-    with an adaptive softmax) at token t, [B, C]."""
-
-    def __init__(self, model, t: int):
-        super().__init__()
-        self.inner = model
-        self.encoder = model.encoder
-        self.t = t
-
-    def forward(self, batch):
-        if self.inner.task == "lm":
-            self.inner.reset_state()
-        out = self.inner(batch)[:, self.t]
-        adaptive = getattr(self.inner.head, "adaptive", None)
-        return adaptive.log_prob(out) if adaptive is not None else out
-
-
 @dataclass
 class SentenceView:
     """grid[d, end, start]: contribution of each n-gram (d = 0 forward, 1 backward; backward
@@ -168,98 +147,37 @@ class SentenceView:
     focus: int                 # the token whose n-grams the bars show
     partial: bool = False      # tag/lm with stacked layers: only n-grams ending at each token
     polarity: np.ndarray | None = None   # [end, start] the paper's standalone scores w^T v_{i:t}
+    outputs: list[dict] | None = None    # per token (tag/lm): output = offset + n-grams + remainder
 
     def top(self, k: int = TOP_K) -> list[dict]:
-        T = self.grid.shape[-1]
-        flat = np.abs(self.grid).reshape(-1)
-        out = []
-        for idx in np.argsort(-flat, kind="stable")[:k]:
-            if flat[idx] == 0:
-                break
-            d, rest = divmod(int(idx), T * T)
-            end, start = divmod(rest, T)
-            lo, hi = min(start, end), max(start, end)
-            out.append({"direction": "backward" if d else "forward", "start": start, "end": end,
-                        "text": " ".join(self.tokens[lo: hi + 1]), "target": self.targets[end],
-                        "score": float(self.grid[d, end, start])})
-        return out
+        from ..analysis.sentence import top_of_grid
+
+        return [{**r, "target": self.targets[r["end"]]} for r in top_of_grid(self.grid, self.tokens, k)]
 
 
 def explain_sentence(model, vocab, tokens: list[str]) -> SentenceView:
-    """The n-gram view of one sentence for any recurrent model (NGramAttribution)."""
-    from ..analysis.attribution import NGramAttribution
-    from ..data.batching import Example, collate
+    """The n-gram view of one sentence for any recurrent model: analysis.sentence.explain_text
+    (the same explanation `rnnlens explain` prints), laid out for the page."""
+    from ..analysis.sentence import explain_text
 
-    task = model.task
+    ex = explain_text(model, vocab, tokens)
     T = len(tokens)
-    batch = collate([Example(tokens)], vocab)
-    unknown = [t for t in tokens if t not in vocab]
-    labels = model.labels
-    if task in SENTENCE_TASKS:
-        with torch.no_grad():
-            out = model(batch)[0]
-        if out.dim() == 0:
-            v = float(out)
-            if task == "regress":
-                prediction, explained = f"{v:+.3f}", "the regression output"
-            else:
-                p = float(torch.sigmoid(out))
-                prediction = f"{labels[1] if p > 0.5 else labels[0]} (p({labels[1]}) = {p:.3f})"
-                explained = f"the logit of '{labels[1]}' (below zero favours '{labels[0]}')"
-            target, tname = None, labels[1] if task != "regress" else "output"
-        else:
-            probs = torch.softmax(out, -1)
-            c = int(probs.argmax())
-            prediction = f"{labels[c]} (p = {float(probs[c]):.3f})"
-            explained = f"the logit of the predicted class '{labels[c]}'"
-            target, tname = c, labels[c]
-        a = NGramAttribution(model, vocab=vocab).attribute(batch, target=target)
-        polarity = None
-        if model.cfg.layers == 1 and model.encoder.directions == 1:
-            from ..analysis.ngrams import ngram_scores
-
-            row = 0 if target is None else target      # single score: the head's one row
-            with torch.no_grad():
-                view = model.linear_view(batch)
-                polarity = ngram_scores(view, model.readout_weight[row])[0, :, :, 0].double().numpy()
-        return SentenceView(tokens, unknown, a.ngrams[0].double().numpy(), [tname] * T, explained, prediction,
-                            float(a.output[0]), float(a.offset[0]), float(a.remainder[0]), a.exact, T - 1,
-                            polarity=polarity)
-    # tag / lm: one attribution per position, each toward the label predicted there
-    with torch.no_grad():
-        if task == "lm":
-            model.reset_state()
-        out = model(batch)
-        if task == "lm":
-            model.reset_state()
-            adaptive = getattr(model.head, "adaptive", None)
-            scores = adaptive.log_prob(out[0]) if adaptive is not None else out[0]
-            pred = scores.argmax(-1).tolist()
-            names = [vocab.itos[i] for i in pred]
-            explained = ("the log-probability (adaptive softmax)" if adaptive is not None else "the logit") + \
-                        " of the predicted next word at each token"
-        elif hasattr(model.head, "symbols"):        # formal languages: next-symbol logits
-            pred = out[0].argmax(-1).tolist()
-            names = [model.head.symbols[i] for i in pred]
-            explained = "the logit of the predicted next symbol at each token"
-        else:
-            pred = model.head.crf.decode(out, batch.mask)[0]
-            names = [model.head.tags[i] for i in pred]
-            explained = "the emission score of the tag the CRF predicts at each token"
-    D = model.encoder.directions
-    grid = np.zeros((D, T, T))
-    exact = True
-    for t in range(T):
-        a = NGramAttribution(_AtPosition(model, t), vocab=vocab).attribute(batch, target=pred[t])
-        grid[:, t, :] = a.ngrams[0, :, t, :].double().numpy()
-        exact = exact and a.exact
-    if task == "lm":
-        model.reset_state()
-    focus = next((t for t, n in enumerate(names) if n != "O"), T - 1) if task == "tag" else T - 1
-    prediction = " ".join(f"{tok}/{n}" for tok, n in zip(tokens, names)) if task == "tag" else \
-        " ".join(f"{tok} [→ {n}]" for tok, n in zip(tokens, names))
-    return SentenceView(tokens, unknown, grid, names, explained, prediction, None, None, None, exact, focus,
-                        partial=model.cfg.layers > 1)
+    prediction = ex.prediction
+    if ex.probabilities:
+        prediction += " (" + ", ".join(f"p({lab}) = {p:.3f}" for lab, p in ex.probabilities.items()) + ")"
+    if ex.sentence_level:
+        p = ex.positions[0]
+        return SentenceView(ex.tokens, ex.unknown, p.ngrams, [p.target] * T, ex.explained, prediction,
+                            p.output, p.offset, p.remainder, ex.exact, T - 1, polarity=ex.polarity)
+    grid = np.zeros((ex.directions, T, T))
+    for t, p in enumerate(ex.positions):
+        grid[:, t, :] = p.ngrams[:, t, :]
+    names = [p.target for p in ex.positions]
+    focus = next((t for t, n in enumerate(names) if n != "O"), T - 1) if ex.task == "tag" else T - 1
+    outputs = [{"position": p.position, "token": ex.tokens[p.position], "target": p.target, "output": p.output,
+                "offset": p.offset, "ngram_total": p.ngram_total, "remainder": p.remainder} for p in ex.positions]
+    return SentenceView(ex.tokens, ex.unknown, grid, names, ex.explained, prediction, None, None, None,
+                        ex.exact, focus, partial=ex.layers > 1 or ex.directions > 1, outputs=outputs)
 
 
 def _sample_html(k: int, text: str, v: SentenceView, fig_dir: Path, cell: str) -> tuple[str, dict]:
@@ -275,8 +193,17 @@ def _sample_html(k: int, text: str, v: SentenceView, fig_dir: Path, cell: str) -
         kind = "exact" if v.exact else "first-order"
         parts.append(f"<p>Output {v.output:+.3f} = offset {v.offset:+.3f} + n-grams {v.grid.sum():+.3f} "
                      f"+ remainder {v.remainder:+.3f} ({kind} view of the first layer).</p>")
+    if v.outputs is not None:
+        kind = "exact" if v.exact else "first-order"
+        rows = [[str(o["position"]), R.cell(o["token"], "text"), R.cell(o["target"], "text"),
+                 R.score_cell(o["output"]), R.score_cell(o["offset"]), R.score_cell(o["ngram_total"]),
+                 R.score_cell(o["remainder"])] for o in v.outputs]
+        parts.append(f"<p>Each token's output = offset + n-grams + remainder ({kind} view of the first layer):</p>")
+        parts.append(R.table(["#", "token", "toward", "output", "offset", "n-grams", "remainder"], rows,
+                             ' class="outputs"'))
     if v.partial:
-        parts.append(_note("stacked layers: only the n-grams ending at each token are shown"))
+        parts.append(_note("stacked or bidirectional layers: the figures show the n-grams ending at each token; "
+                           "the table's totals count them all"))
     top = v.top()
     header = (["direction"] if D > 1 else []) + ["n-gram", "toward", "score"]
     rows = [([t["direction"]] if D > 1 else []) + [R.cell(t["text"], "text"), R.cell(t["target"], "text"),
@@ -326,6 +253,8 @@ def _sample_html(k: int, text: str, v: SentenceView, fig_dir: Path, cell: str) -
             "explained": v.explained, "exact": v.exact, "top": top}
     if v.output is not None:
         data.update(output=v.output, offset=v.offset, ngram_total=float(v.grid.sum()), remainder=v.remainder)
+    if v.outputs is not None:
+        data["outputs"] = v.outputs
     return "".join(parts), data
 
 
@@ -581,9 +510,14 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
             else:
                 items = []
             parts, samples = [], []
+            refused = None
             for k, (text, tokens) in enumerate(items):
-                html, d = _sample_html(k, text, explain_sentence(model, vocab, tokens), fig_dir,
-                                       cfg.model.cell.upper())
+                try:
+                    view = explain_sentence(model, vocab, tokens)
+                except RnnlensError as e:           # e.g. a max-plus model: no real-semiring sum
+                    refused = str(e)
+                    break
+                html, d = _sample_html(k, text, view, fig_dir, cfg.model.cell.upper())
                 parts.append(html)
                 samples.append(d)
                 say(f"sample {k + 1}/{len(items)}")
@@ -591,7 +525,9 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
                      "first layer's n-gram vectors v(i:t) read by the gradient of the output with respect to "
                      "that layer's states; for a linear head on the final state these are the papers' scores "
                      "w^T v(i:t)).</p>")
-            if not items:
+            if refused is not None:
+                html, result["samples"] = _skipped("samples", "Sample sentences", refused)
+            elif not items:
                 reason = ("no sentences: pass --text or a dataset with a test split" if n_samples
                           else "--samples 0 and no --text")
                 html, result["samples"] = _skipped("samples", "Sample sentences", reason)
