@@ -387,6 +387,8 @@ def _negation_text(sets: list[dict], results: list[dict], forms: list[str]) -> s
 def cmd_negation(args) -> int:
     from .analysis.negation import (FORMS, extract_adjectives, form_tokens, load_lexicon, negation_study,
                                     score_groups, sentiment_sides, summarize_study)
+    from .analysis.ngrams import require_real
+    from .data.batching import Example, collate
     from .train.checkpoint import load_checkpoint, output_dir
 
     out = Path(args.out) if args.out else None
@@ -413,6 +415,7 @@ def cmd_negation(args) -> int:
                                f"(this one: layers {cfg.model.layers}, bidirectional {cfg.model.bidirectional})")
         sides = sentiment_sides(task, meta["labels"], cfg.data.corpus)
         sides.readout(model.readout_weight.shape[0])   # an MLP head or odd rows fail now, not after the work
+        require_real(model.linear_view(collate([Example(["x"])], vocab)), "n-gram scores")   # max-plus: now
         loaded.append((model, cfg, vocab, meta, task, sides))
     for k, (path, name, (model, cfg, vocab, meta, task, sides)) in enumerate(zip(args.model, names, loaded), 1):
         print(f"negation: model {k}/{len(names)}: {path}", file=sys.stderr)

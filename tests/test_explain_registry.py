@@ -300,6 +300,12 @@ def test_explain_command_refuses_max_plus_with_one_line(tmp_path, capsys):
     from rnnlens.cli import main
 
     path = saved(tmp_path / "mp", cell="rrnn-b-maxplus")
-    assert main(["explain", "--model", str(path), "the movie"]) == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "rnnlens wfsa" in err
+    adjectives = tmp_path / "adj.json"
+    adjectives.write_text('{"positive": ["good"], "negative": ["bad"]}')
+    doc = tmp_path / "doc.txt"
+    doc.write_text("the movie was good " * 20)
+    for argv in (["explain", "--model", str(path), "the movie"], ["explain", "--model", str(path), "--file", str(doc)],
+                 ["negation", "--model", str(path), "--adjectives", str(adjectives)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "rnnlens wfsa" in err, err
