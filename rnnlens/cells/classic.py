@@ -7,13 +7,14 @@ weight_hh [G*H, H], bias_ih, bias_hh; gate order r,z,n for GRU and i,f,g,o for L
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 from torch import nn
 
 from ..errors import RnnlensError
-from .base import Cell, LinearView, StructuredView
+from .base import Cell, LinearView, StructuredView, hold_at_pads
 
 
 class _Classic(Cell):
@@ -69,6 +70,75 @@ class _Classic(Cell):
     def _recurrent_input(self, s):
         return s
 
+    # --- torch's fused kernels ----------------------------------------------------------
+    # forward runs torch's own RNN kernels (oneDNN or ATen's loop on the CPU, cuDNN on a
+    # GPU) on the cell's parameters, which are in torch's layout; `scan` (every step's full
+    # state, the LSTM's c included) and `step_loop` stay the Python references. Recurrent
+    # dropout (a mask on h_{t-1} that torch's kernels cannot apply) and masks that are not
+    # right padding take the reference path.
+    fused = True
+
+    def _fused_kernel(self):
+        raise NotImplementedError
+
+    def forward(self, x, mask=None, state=None):
+        if not self._can_fuse(x, mask):
+            return super().forward(x, mask, state)
+        if not self.batch_first:
+            x, mask = self._to_batch_major(x, mask)
+            out, final = self._fused_forward(x, mask, state)
+            return out.transpose(0, 1), final
+        return self._fused_forward(x, mask, state)
+
+    def _can_fuse(self, x, mask) -> bool:
+        if not self.fused or (self.training and self.recurrent_dropout > 0) or x.dim() != 3 or x.shape[1] == 0:
+            return False
+        if mask is None:
+            return True
+        m = mask if self.batch_first else mask.transpose(0, 1)
+        lengths = m.sum(1)
+        if bool((lengths == 0).any()):
+            return False           # packing refuses empty rows
+        return bool((m == (torch.arange(m.shape[1], device=m.device)[None] < lengths[:, None])).all())
+
+    def _fused_forward(self, x, mask, s):
+        """x[B,T,E] batch-major, mask None or right padding -> (out[B,T,H], final[B,S])."""
+        from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+        if x.shape[-1] != self.input_size:
+            raise ValueError(f"expected x of shape [B, T, {self.input_size}], got {tuple(x.shape)}")
+        B, T, _ = x.shape
+        H = self.hidden_size
+        if s is None:
+            s = self.initial_state(B, x.dtype, x.device)
+        lstm = self.state_size == 2 * H
+        hx = (s[None, :, H:].contiguous(), s[None, :, :H].contiguous()) if lstm else s[None].contiguous()
+        weights = [self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh]
+        kernel = self._fused_kernel()
+        # cuDNN's backward refuses eval mode (captum attributes through eval-mode models):
+        # there ATen's own CUDA loop runs instead
+        no_cudnn = x.is_cuda and not self.training and torch.is_grad_enabled()
+        if mask is not None and bool(mask.all()):
+            mask = None            # nothing to pack
+        with torch.backends.cudnn.flags(enabled=False) if no_cudnn else contextlib.nullcontext():
+            if mask is None:
+                res = kernel(x, hx, weights, True, 1, 0.0, self.training, False, True)
+                out = res[0]
+            else:
+                lengths = mask.sum(1)
+                packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+                order = packed.sorted_indices
+                hx = tuple(h.index_select(1, order) for h in hx) if lstm else hx.index_select(1, order)
+                res = kernel(packed.data, packed.batch_sizes, hx, weights, True, 1, 0.0, self.training, False)
+                out, _ = pad_packed_sequence(PackedSequence(res[0], packed.batch_sizes, order,
+                                                            packed.unsorted_indices), batch_first=True,
+                                             total_length=T)
+                out = hold_at_pads(out, mask)
+                back = packed.unsorted_indices
+                res = (res[0], *(r.index_select(1, back) for r in res[1:]))
+        final = torch.cat([res[2][0], res[1][0]], -1) if lstm else res[1][0]
+        return out, final
+
     @staticmethod
     def _to_batch_major(x, mask):
         return x.transpose(0, 1), None if mask is None else mask.transpose(0, 1)
@@ -108,6 +178,9 @@ class Elman(_Classic):
     def _act(self, p):
         return torch.tanh(p) if self.nonlinearity == "tanh" else torch.relu(p)
 
+    def _fused_kernel(self):
+        return torch._VF.rnn_tanh if self.nonlinearity == "tanh" else torch._VF.rnn_relu
+
     def step(self, x_t, h):
         return self._act(x_t @ self.weight_ih.T + self.bias_ih + h @ self.weight_hh.T + self.bias_hh)
 
@@ -141,6 +214,9 @@ class GRU(_Classic):
         z = torch.sigmoid(x_t @ W_iz.T + b_iz + h @ W_hz.T + b_hz)
         n = torch.tanh(x_t @ W_in.T + b_in + r * (h @ W_hn.T + b_hn))
         return (1 - z) * n + z * h
+
+    def _fused_kernel(self):
+        return torch._VF.gru
 
     def _update(self, p_x, p_h, h):
         xr, xz, xn = p_x.chunk(3, -1)
@@ -181,6 +257,9 @@ class LSTM(_Classic):
 
     def _recurrent_input(self, s):
         return s[:, self.hidden_size:]
+
+    def _fused_kernel(self):
+        return torch._VF.lstm
 
     def step(self, x_t, s):
         c, h = s.split(self.hidden_size, -1)
