@@ -68,3 +68,14 @@ def test_time_limit_must_be_positive(suite, capsys):
     with pytest.raises(SystemExit) as e:
         suite.main(["--quick", "--time-limit", "0"])
     assert e.value.code == 2 and "--time-limit must be a positive" in capsys.readouterr().err
+
+
+def test_end_to_end_benchmark_writes_its_report(shared_data, tmp_path):
+    """benchmarks/train_e2e.py runs both trainers on the same SST-2 batches and reports the ratio."""
+    from benchmarks.train_e2e import main
+
+    out = tmp_path / "e2e.md"
+    assert main(["--data-dir", str(shared_data), "--examples", "64", "--repeats", "1", "--threads", "1",
+                 "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| rnnlens |" in text and "| plain |" in text and "rnnlens / plain time per epoch" in text
