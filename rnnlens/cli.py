@@ -246,8 +246,6 @@ def cmd_explain(args) -> int:
         raise RnnlensError("the text is empty: nothing to explain")
     labels = meta["labels"]
     if args.file is not None or len(tokens) > STREAM_TOKENS:
-        if args.target is not None and args.target not in labels:
-            raise RnnlensError(f"--target {args.target!r} is not a label of this model: {', '.join(labels)}")
         return _explain_document(args, model, vocab, tokens, labels)
     from .analysis.sentence import explain_text
 
@@ -490,19 +488,6 @@ STREAM_TOKENS = 400       # longer texts are explained by the streamed top-k
 DOCUMENT_CHUNK = 2048     # tokens of a document in one linear view (memory per chunk, not per document)
 
 
-def _readout_row(model, labels, target):
-    """(output-layer row, label name) that scores `target`: a single-logit model's row scores
-    its second label (negated for the first); a multi-class model needs --target."""
-    rows = model.readout_weight
-    if rows.shape[0] == 1:
-        name = labels[1] if len(labels) > 1 else "output"
-        sign = -1.0 if (target is not None and len(labels) > 1 and target == labels[0]) else 1.0
-        return rows[0] * sign, labels[0] if sign < 0 else name
-    if target is None:
-        raise RnnlensError("--target is needed to explain a long document of a multi-class model")
-    return rows[labels.index(target)], target
-
-
 def _explain_document(args, model, vocab, tokens, labels) -> int:
     """Streamed top-k n-grams of a long document in memory that does not grow with it: the
     linear view is built for DOCUMENT_CHUNK tokens at a time and TopNgrams carries the
@@ -511,14 +496,19 @@ def _explain_document(args, model, vocab, tokens, labels) -> int:
     from tqdm import tqdm
 
     from .analysis.ngrams import TopNgrams
+    from .analysis.sentence import readout_row
     from .data.batching import Example, collate
 
     if model.cfg.layers != 1 or getattr(model.encoder, "directions", 1) != 1 or model.cfg.cell == "transformer":
         raise RnnlensError("documents are explained for one-layer, one-direction recurrent models; "
                            "use rnnlens.analysis.attribution.NGramAttribution for others")
+    if model.cfg.memory is not None:
+        raise RnnlensError("a memory network's head reads the memory block's output, not the recurrent state "
+                           "the n-grams decompose, so a document's standalone n-gram scores do not apply; "
+                           "explain its sentences instead (the gradient reads the block)")
     if args.png:
         raise RnnlensError("--png draws the heatmap of a sentence; a document gets the top-k list only")
-    w, name = _readout_row(model, labels, args.target)
+    w, name = readout_row(model, vocab, args.target)
     stream = TopNgrams(w, k=args.top or 20, max_n=args.max_n)
     L = DOCUMENT_CHUNK
     with torch.no_grad(), tqdm(total=len(tokens), unit="tok", desc="explain", file=sys.stderr,

@@ -309,3 +309,34 @@ def test_explain_command_refuses_max_plus_with_one_line(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "rnnlens wfsa" in err, err
+
+
+@pytest.mark.parametrize("kind", list(COMMAND_MODELS))
+def test_explain_file_for_every_head(kind, tmp_path, capsys):
+    """A document of every kind of model: scored toward a target row (needed where there are
+    several and no single default), or refused in one line; never a traceback."""
+    import json
+
+    from rnnlens.cli import main
+
+    spec = COMMAND_MODELS[kind]
+    path = saved(tmp_path / kind, **spec)
+    doc = tmp_path / "doc.txt"
+    doc.write_text("the movie was not very good at all " * 60)
+    target = {"three": "b", "tagger": "B-X", "tagger-bi": "B-X", "lm": "good", "lm-memory": "good"}.get(kind)
+    code = main(["explain", "--model", str(path), "--file", str(doc), "--json"]
+                + (["--target", target] if target else []))
+    out, err = capsys.readouterr()
+    one_direction = not spec.get("bidirectional") and spec.get("layers", 1) == 1
+    if not one_direction or spec.get("memory"):
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert ("memory block" if spec.get("memory") else "one-layer") in err
+        return
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["tokens"] == 8 * 60 and len(d["ngrams"]) == 20
+    if target:
+        assert d["target"] == target
+        assert main(["explain", "--model", str(path), "--file", str(doc)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "--target" in err

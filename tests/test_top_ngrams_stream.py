@@ -123,7 +123,7 @@ def test_ties_do_not_depend_on_the_chunks():
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
     """Randomly initialised one-layer models saved as checkpoints: a GRU, MVM-G (needs the
-    overlap) and a memory network (its lower LSTM is explained)."""
+    overlap), an LSTM, and a memory network (refused: its head reads the block)."""
     from rnnlens.data.vocab import Vocab
     from rnnlens.models import RNNModel
     from rnnlens.train.checkpoint import save_checkpoint
@@ -131,7 +131,7 @@ def model_dirs(tmp_path_factory):
 
     vocab = Vocab(f"w{i}" for i in range(20))
     out = {}
-    for name, model in [("gru", {"cell": "gru"}), ("mvm-g", {"cell": "mvm-g"}),
+    for name, model in [("gru", {"cell": "gru"}), ("mvm-g", {"cell": "mvm-g"}), ("lstm", {"cell": "lstm"}),
                         ("memory", {"cell": "lstm", "memory": "rm"})]:
         d = {"model": {**model, "embedding_dim": 8, "hidden_size": 8}}
         if "memory" in model:
@@ -144,7 +144,17 @@ def model_dirs(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("name", ["gru", "mvm-g", "memory"])
+def test_explain_file_refuses_a_memory_network(model_dirs, tmp_path, capsys):
+    from rnnlens import cli
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text("w1 w2 w3 " * 200)
+    assert cli.main(["explain", "--model", str(model_dirs["memory"]), "--file", str(doc)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "memory block" in err
+
+
+@pytest.mark.parametrize("name", ["gru", "mvm-g", "lstm"])
 def test_explain_file_in_chunks_equals_one_piece(model_dirs, name, tmp_path, capsys, monkeypatch):
     from rnnlens import cli
 

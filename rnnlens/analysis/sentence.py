@@ -168,6 +168,45 @@ def _target_names(model, vocab) -> list[str]:
     return list(model.labels or [])
 
 
+def readout_row(model, vocab, target: str | None = None) -> tuple[torch.Tensor, str]:
+    """(w[H], name): the output-layer row that scores `target` on the encoder's output, the
+    w of the paper's standalone n-gram scores w^T v_{i:t}. A binary classifier's one row
+    scores its second label (negated for the first, the default being the second); a
+    regression model's row its output; otherwise `target` (a label, tag, word or symbol) is
+    needed. One-line errors for heads without a linear row (an MLP, an adaptive softmax)."""
+    names = _target_names(model, vocab)
+    task, head = model.task, model.head
+    if task == "regress":
+        if target is not None:
+            raise RnnlensError("a regression model has one output: --target does not apply")
+        return head.out.weight[0], "output"
+    if target is not None and target not in names:
+        shown = "" if task == "lm" else f": {', '.join(names)}"
+        raise RnnlensError(f"--target {target!r} is not a {'word in the vocabulary' if task == 'lm' else 'label'} "
+                           f"of this model{shown}")
+    if task not in SEQUENCE_TASKS:
+        rows = model.readout_weight                    # an MLP head refuses here
+        if rows.shape[0] == 1:
+            if target == names[0]:
+                return -rows[0], names[0]
+            return rows[0], names[1]
+    if target is None:
+        raise RnnlensError("--target is needed to score a document toward one of several outputs "
+                           f"({'a word' if task == 'lm' else ', '.join(names)})")
+    k = names.index(target)
+    if task == "tag":
+        return head.proj.weight[k], target
+    if task == "lm":
+        if head.adaptive is not None:
+            raise RnnlensError("an adaptive softmax has no single output row per word: documents are scored "
+                               "for language models with a full softmax")
+        w = head.out.weight[k]
+        return (w @ head.proj.weight if head.proj is not None else w), target
+    if task in ("dyck", "crossserial"):
+        return head.readout_weight[k], target
+    return model.readout_weight[k], target
+
+
 def explain_text(model, vocab, tokens: list[str], target: str | None = None) -> TextExplanation:
     """Explain the model's output on `tokens` toward `target` (a label, tag, word or symbol
     name; default: the prediction). Works for every recurrent model (any cell, layers,
