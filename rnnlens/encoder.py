@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from .cells import CELLS
-from .cells.base import LinearView, hold_at_pads
+from .cells.base import LinearView, end_positions, hold_at_pads, reversal_index
 from .errors import RnnlensError
 from .train.config import ModelConfig
 
@@ -58,12 +58,11 @@ def run_cell(cell: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, state=
     return hold_at_pads(torch.cat(outs, 1), mask), state
 
 
-def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Reverse each row of x[B,T,...] within its length; pad positions stay where they are."""
+def reverse_padded(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Reverse the real tokens of each row of x[B,T,...] (mask[B,T], any padding); pad
+    positions stay where they are. Applying it twice gives x back."""
     B, T = x.shape[:2]
-    t = torch.arange(T, device=x.device)[None].expand(B, T)
-    L = lengths.to(x.device)[:, None]
-    idx = torch.where(t < L, L - 1 - t, t)
+    idx = reversal_index(mask.to(x.device))
     return x.gather(1, idx.view(B, T, *([1] * (x.dim() - 2))).expand_as(x))
 
 
@@ -111,7 +110,6 @@ class RNNEncoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor, mask: torch.Tensor, state: list | None = None):
         x = self.embedding_dropout(self.embedding(tokens))
-        lengths = mask.sum(1)
         new_state = []
         for layer in range(self.cfg.layers):
             if layer:
@@ -125,22 +123,23 @@ class RNNEncoder(nn.Module):
                 if d == 0:
                     out, fin = run_cell(cell, x, mask, s0, chunk)
                 else:
-                    out, fin = run_cell(cell, reverse_padded(x, lengths), mask, s0, chunk)
-                    out = reverse_padded(out, lengths)
+                    out, fin = run_cell(cell, reverse_padded(x, mask), mask, s0, chunk)
+                    out = reverse_padded(out, mask)
                 outs.append(out)
                 new_state.append(fin)
             x = torch.cat(outs, -1) if self.directions > 1 else outs[0]
         return x, new_state
 
-    def final(self, out: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    def final(self, out: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The summary state [B,D]: the forward direction at the last real token and the
-        backward direction at the first."""
+        backward direction at the first (mask[B,T], any padding)."""
         B = out.shape[0]
-        last = out[torch.arange(B, device=out.device), (lengths - 1).clamp(min=0)]
+        rows = torch.arange(B, device=out.device)
+        first, last = end_positions(mask.to(out.device))
         if self.directions == 1:
-            return last
+            return out[rows, last]
         H = self.cfg.hidden_size
-        return torch.cat([last[:, :H], out[:, 0, H:]], -1)
+        return torch.cat([out[rows, last, :H], out[rows, first, H:]], -1)
 
     def linear_view(self, tokens: torch.Tensor, mask: torch.Tensor) -> LinearView:
         if self.cfg.layers != 1 or self.directions != 1:
@@ -181,9 +180,8 @@ class TransformerEncoder(nn.Module):
         out = self.encoder(x, src_key_padding_mask=~mask)
         return out, None
 
-    def final(self, out: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        T = out.shape[1]
-        m = (torch.arange(T, device=out.device)[None] < lengths[:, None]).to(out.dtype)[..., None]
+    def final(self, out: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        m = mask.to(out.device, out.dtype)[..., None]
         return (out * m).sum(1) / m.sum(1).clamp(min=1)
 
     def linear_view(self, tokens, mask):

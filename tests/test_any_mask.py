@@ -226,3 +226,52 @@ def test_top_ngrams_under_any_mask_equals_unpadded(name, which):
                 assert [(i, t) for _, i, t in got] == [(i, t) for _, i, t in want] == [(i, t) for _, i, t in brute]
                 assert max(abs(a[0] - b[0]) for a, b in zip(got, want)) < 1e-12
                 assert max(abs(a[0] - b[0]) for a, b in zip(got, brute)) < 1e-12
+
+
+# --- whole models: pooling, bidirectional reversal and the attribution's reading order ----------
+
+def _any_mask_batches():
+    """(tokens rows alone, a left-padded batch, an interior-padded batch) of token ids."""
+    from rnnlens.data.batching import Batch
+
+    rows = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12]]
+    T = 7
+    def build(layout):
+        tokens = torch.zeros(len(rows), T, dtype=torch.long)
+        for b, (row, where) in enumerate(zip(rows, layout)):
+            tokens[b, where] = torch.tensor(row)
+        mask = tokens.ne(0)
+        return Batch(tokens, mask, mask.sum(1))
+    left = build([[2, 3, 4, 5, 6], [5, 6], [4, 5, 6]])
+    inner = build([[0, 2, 3, 5, 6], [1, 4], [0, 3, 6]])
+    return rows, left, inner
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm", "mvma-g", "rrnn-b-gated", "urn"])
+@pytest.mark.parametrize("shape", [dict(), dict(pooling="mean"), dict(bidirectional=True),
+                                   dict(layers=2, bidirectional=True)])
+def test_models_with_left_and_interior_pads_equal_each_row_alone(cell, shape):
+    from rnnlens.analysis.attribution import NGramAttribution
+    from rnnlens.data.batching import Batch
+    from rnnlens.models import RNNModel
+    from rnnlens.train.config import ModelConfig
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(cell=cell, embedding_dim=6, hidden_size=4, output_bias=True, **shape)
+    model = RNNModel(cfg, 16, "classify", ["a", "b", "c"]).double().eval()
+    rows, left, inner = _any_mask_batches()
+    alone = []
+    for row in rows:
+        t = torch.tensor([row])
+        alone.append(Batch(t, t.ne(0), t.ne(0).sum(1)))
+    want = torch.cat([model(b) for b in alone])
+    want_attr = [NGramAttribution(model).attribute(b, target=1) for b in alone]
+    for batch in (left, inner):
+        got = model(batch)
+        assert max_diff(got, want) < 1e-10
+        attr = NGramAttribution(model).attribute(batch, target=1)
+        for b, a in enumerate(want_attr):
+            pos = batch.mask[b].nonzero()[:, 0]
+            grid = attr.ngrams[b][:, pos][:, :, pos]            # real positions only, in order
+            assert max_diff(grid, a.ngrams[0]) < 1e-10
+            assert abs(float(attr.remainder[b] - a.remainder[0])) < 1e-10

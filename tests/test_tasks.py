@@ -15,11 +15,12 @@ from rnnlens.train.config import Config, ModelConfig
 from rnnlens.train.trainer import Trainer
 
 
-def test_reverse_padded_reverses_within_lengths():
-    x = torch.arange(8.0).view(2, 4, 1)
-    r = reverse_padded(x, torch.tensor([4, 2]))
-    assert r[..., 0].tolist() == [[3, 2, 1, 0], [5, 4, 6, 7]]
-    assert max_diff(reverse_padded(r, torch.tensor([4, 2])), x) == 0
+def test_reverse_padded_reverses_the_real_tokens_of_any_mask():
+    x = torch.arange(12.0).view(3, 4, 1)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 1, 0, 1]], dtype=torch.bool)
+    r = reverse_padded(x, mask)
+    assert r[..., 0].tolist() == [[3, 2, 1, 0], [5, 4, 6, 7], [8, 11, 10, 9]]
+    assert max_diff(reverse_padded(r, mask), x) == 0
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm", "elman", "transformer"])
@@ -42,7 +43,7 @@ def test_bidirectional_final_state_takes_backward_at_the_first_token():
     model = RNNModel(cfg, 10, "classify", ["a", "b"]).double().eval()
     batch = collate([Example(["x"] * 3), Example(["x"])], Vocab(["x"]))
     out = model.encode(batch)
-    fin = model.encoder.final(out, batch.lengths)
+    fin = model.encoder.final(out, batch.mask)
     assert max_diff(fin[0], torch.cat([out[0, 2, :3], out[0, 0, 3:]])) == 0
     assert max_diff(fin[1], out[1, 0]) == 0
 

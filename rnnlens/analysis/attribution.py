@@ -454,7 +454,7 @@ class NGramAttribution:
                 init = _start_part(view, w, rec.full_state)
                 explained += c.sum((1, 2)) + init
                 if rec.reverse:
-                    c = _to_reading_order(c, mask.sum(1))
+                    c = _to_reading_order(c, mask)
                 ngrams[:, d] = c
         tokens_attr = ngrams.sum((1, 2))                                                # by start
         words = None
@@ -478,12 +478,13 @@ def _start_part(view: LinearView, w: torch.Tensor, full_state: bool) -> torch.Te
     return (w.to(part.dtype) * part).sum((1, 2)).to(w.dtype)
 
 
-def _to_reading_order(c: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """c[B,T,T] indexed by positions of the reversed sequence -> original positions."""
+def _to_reading_order(c: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """c[B,T,T] indexed by positions of the reversed sequence -> original positions (the
+    reversal of the encoder's backward directions, any padding)."""
+    from ..cells.base import reversal_index
+
     B, T, _ = c.shape
-    pos = torch.arange(T, device=c.device)[None].expand(B, T)
-    L = lengths.to(c.device)[:, None]
-    orig = torch.where(pos < L, L - 1 - pos, pos)                        # reversed index -> original
+    orig = reversal_index(mask.to(c.device))                            # reversed index -> original
     out = torch.zeros_like(c)
     bi = torch.arange(B, device=c.device)[:, None, None]
     out[bi, orig[:, :, None], orig[:, None, :]] = c

@@ -30,6 +30,28 @@ def last_real(mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, pos, torch.full_like(pos, -1)).cummax(1).values
 
 
+def reversal_index(mask: torch.Tensor) -> torch.Tensor:
+    """[B,T] long: for each row of mask[B,T], the position whose value goes to each position
+    when the row's real tokens are read in reverse order (the j-th real token swaps with the
+    (L-1-j)-th); pads stay where they are. Any mask; an involution, so the same index puts a
+    backward direction's outputs back in reading order."""
+    B, T = mask.shape
+    pos = torch.arange(T, device=mask.device).expand(B, T)
+    order = torch.where(mask, pos, pos + T).argsort(1)          # positions of the real tokens first
+    rank = mask.long().cumsum(1) - 1
+    mirror = (mask.sum(1, keepdim=True) - 1 - rank).clamp(min=0)
+    return torch.where(mask, order.gather(1, mirror), pos)
+
+
+def end_positions(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B], [B]) long: each row's first and last real position (0 for a row with none)."""
+    T = mask.shape[1]
+    pos = torch.arange(T, device=mask.device).expand(mask.shape)
+    first = torch.where(mask, pos, torch.full_like(pos, T)).amin(1)
+    last = torch.where(mask, pos, torch.full_like(pos, -1)).amax(1)
+    return torch.where(first < T, first, 0), last.clamp(min=0)
+
+
 def hold_at_pads(x: torch.Tensor, mask: torch.Tensor | None, fill: float | None = None) -> torch.Tensor:
     """x[B,T,...] with every pad position holding the value of its row's last real position
     before it (a pad repeats the last real output). Before a row's first real token there is

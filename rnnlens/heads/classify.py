@@ -27,8 +27,11 @@ def mean_pool(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (states * m).sum(1) / m.sum(1).clamp(min=1)
 
 
-def last_pool(states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    return states[torch.arange(states.shape[0], device=states.device), (lengths - 1).clamp(min=0)]
+def last_pool(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """states[B,T,D] at each row's last real position (mask[B,T], any padding): [B,D]."""
+    from ..cells.base import end_positions
+
+    return states[torch.arange(states.shape[0], device=states.device), end_positions(mask.to(states.device))[1]]
 
 
 class ClassificationHead(nn.Module):
@@ -69,7 +72,7 @@ class ClassificationHead(nn.Module):
     def pool(self, states: torch.Tensor, batch) -> torch.Tensor:
         """[B,T,D] -> [B,D]."""
         if self.pooling == "final":
-            return self.final(states, batch.lengths)
+            return self.final(states, batch.mask)
         return mean_pool(states, batch.mask)
 
     def forward(self, states: torch.Tensor, batch) -> torch.Tensor:
