@@ -237,3 +237,36 @@ def test_truncated_urn_on_cuda_matches_the_cpu(train):
         results.append([t.detach().cpu() for t in (out, final, gx)])
     for a, b in zip(*results):
         assert max_diff(a, b) < 1e-10 * max(1.0, a.abs().max().item())
+
+
+def _skew(N, n, scale, dtype=torch.float64):
+    A = torch.randn(N, n, n, dtype=torch.float64) * scale
+    return (A - A.transpose(1, 2)).to(dtype)
+
+
+def _repeated_angles(n):
+    """A generator with repeated rotation angles (eigenvalues +-0.7i twice) and a zero block."""
+    S = torch.zeros(1, n, n, dtype=torch.float64)
+    for i in (0, 2):
+        S[0, i, i + 1], S[0, i + 1, i] = 0.7, -0.7
+    Qm = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64))[0]
+    return Qm @ S @ Qm.T
+
+
+@pytest.mark.parametrize("S", [_skew(6, 5, 1.0), _skew(3, 8, 3.0), _skew(1, 50, 0.05), _skew(2, 4, 0.0),
+                               _repeated_angles(6), _skew(4, 6, 0.5, torch.float32)],
+                         ids=["n5", "large-norm", "one-n50", "zero", "repeated", "float32"])
+def test_skew_matrix_exp_equals_torch_values_and_gradients(S):
+    from rnnlens.cells.unitary import skew_matrix_exp
+
+    S = S.clone().requires_grad_()
+    G = torch.randn(S.shape, dtype=S.dtype)
+    Q = skew_matrix_exp(S)
+    Qr = torch.linalg.matrix_exp(S.double()).to(S.dtype)
+    tol = 1e-12 if S.dtype == torch.float64 else 1e-5
+    assert Q.dtype == S.dtype and max_diff(Q, Qr) < tol
+    (g,) = torch.autograd.grad((Q * G).sum(), S)
+    (gr,) = torch.autograd.grad((Qr * G).sum(), S)
+    assert max_diff(g, gr) < 10 * tol
+    with torch.no_grad():
+        assert max_diff(skew_matrix_exp(S), Qr) < tol
