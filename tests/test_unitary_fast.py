@@ -254,8 +254,9 @@ def _repeated_angles(n):
 
 
 @pytest.mark.parametrize("S", [_skew(6, 5, 1.0), _skew(3, 8, 3.0), _skew(1, 50, 0.05), _skew(2, 4, 0.0),
-                               _repeated_angles(6), _skew(4, 6, 0.5, torch.float32)],
-                         ids=["n5", "large-norm", "one-n50", "zero", "repeated", "float32"])
+                               _repeated_angles(6), _skew(4, 6, 0.5, torch.float32), _skew(3, 7, 1e-3),
+                               _skew(2, 50, 0.4)],
+                         ids=["n5", "large-norm", "one-n50", "zero", "repeated", "float32", "tiny", "n50-norm"])
 def test_skew_matrix_exp_equals_torch_values_and_gradients(S):
     from rnnlens.cells.unitary import skew_matrix_exp
 

@@ -122,43 +122,71 @@ def matrix_exp(S: torch.Tensor) -> torch.Tensor:
     return Q.to(dtype)
 
 
+def _sinc(x: torch.Tensor) -> torch.Tensor:
+    """sin(x) / x (1 at 0)."""
+    return torch.sinc(x / math.pi)
+
+
+def _sinc_slope(theta: torch.Tensor) -> torch.Tensor:
+    """d/d lam of sinc(sqrt(-lam)) at lam = -theta^2: (sin t - t cos t) / (2 t^3); its series
+    sum_n (-1)^(n+1) n t^(2n-2) / (2n+1)! below t = 0.5, where the closed form cancels."""
+    t2 = theta * theta
+    series, power = torch.zeros_like(theta), torch.ones_like(theta)
+    for n in range(1, 8):
+        series = series + (-1) ** (n + 1) * n / math.factorial(2 * n + 1) * power
+        power = power * t2
+    safe = torch.where(theta < 0.5, torch.ones_like(theta), theta)
+    return torch.where(theta < 0.5, series, (torch.sin(safe) - safe * torch.cos(safe)) / (2 * safe ** 3))
+
+
 class _SkewExpm(torch.autograd.Function):
-    """expm of real skew-symmetric S[N,n,n] through the eigendecomposition of the Hermitian
-    -iS = V diag(theta) V^H: Q = V diag(e^{i theta}) V^H, and the backward is the adjoint
-    Frechet derivative in the same basis,
+    """expm of real skew-symmetric S[N,n,n] in real arithmetic. S^2 = X is symmetric
+    (negative semidefinite), X = U diag(lam) U^T, theta = sqrt(-lam), and by the even and
+    odd parts of the exponential's series
 
-        dL/dS = Re V ((V^H G V) * D) V^H,  D_jk = (e^{mu_j} - e^{mu_k}) / (mu_j - mu_k),  mu = -i theta
+        expm(S) = C + S G,   C = cos(sqrt(-X)) = U diag(cos theta) U^T,   G = U diag(sinc theta) U^T.
 
-    (S^T = V diag(mu) V^H; D_jk = e^{mu_k} expm1(mu_j - mu_k) / (mu_j - mu_k), e^{mu_k} where
-    they are equal, so repeated eigenvalues need nothing special). Four complex n x n
-    products, against torch's backward through a 2n x 2n exponential: measured (2 threads,
-    5,632 matrices of n = 50, float64) 10.3 s for torch.linalg.matrix_exp's backward."""
+    Backward: dL/dS = Gq G^T + M S^T + S^T M with the adjoint of the two matrix functions of
+    X (Daleckii-Krein), M = U ((U^T Gq U) * Dc + (U^T S^T Gq U) * Dg) U^T, where Dc, Dg are
+    the divided differences of cos(sqrt(-lam)) and sinc(sqrt(-lam)) over the eigenvalues:
+    Dc = sinc(p) sinc(m) / 2 with p, m = (theta_i +- theta_j) / 2 (exact at equal values),
+    Dg = (g_i - g_j) / (lam_i - lam_j), or the mean of the slopes where the eigenvalues are
+    within 1e-4 (every angle is a pair of equal eigenvalues of X). One symmetric eigh and
+    about 20 n x n products, against torch's backward through a 2n x 2n exponential."""
 
     @staticmethod
     def forward(ctx, S):
-        theta, V = torch.linalg.eigh(-1j * S.to(torch.complex128))
-        Q = ((V * torch.exp(1j * theta)[..., None, :]) @ V.mH).real
-        ctx.save_for_backward(theta, V)
+        X = S @ S
+        lam, U = torch.linalg.eigh((X + X.transpose(-1, -2)) / 2)
+        theta = torch.sqrt(torch.clamp(-lam, min=0))
+        g = _sinc(theta)
+        Ut = U.transpose(-1, -2)
+        G = (U * g[..., None, :]) @ Ut
+        Q = torch.baddbmm(S @ G, U * torch.cos(theta)[..., None, :], Ut)
+        ctx.save_for_backward(S, U, lam, theta, g, G)
         return Q
 
     @staticmethod
-    def backward(ctx, G):
-        theta, V = ctx.saved_tensors
-        # mu_j - mu_k = -i d with d = theta_j - theta_k: expm1(-i d) / (-i d) = sinc(d) + i (cos d - 1) / d,
-        # both written with sinc (no division, exact at d = 0), in real arithmetic
-        d = theta[..., :, None] - theta[..., None, :]
-        half = d / 2
-        ratio = torch.complex(torch.sinc(d / torch.pi), -torch.sin(half) * torch.sinc(half / torch.pi))
-        D = torch.polar(torch.ones_like(theta), -theta)[..., None, :] * ratio          # e^{mu_k} * ratio
-        inner = (V.mH @ G.to(torch.complex128) @ V) * D
-        return (V @ inner @ V.mH).real
+    def backward(ctx, Gq):
+        S, U, lam, theta, g, G = ctx.saved_tensors
+        Ut, St = U.transpose(-1, -2), S.transpose(-1, -2)
+        p = (theta[..., :, None] + theta[..., None, :]) / 2
+        m = (theta[..., :, None] - theta[..., None, :]) / 2
+        dc = 0.5 * _sinc(p) * _sinc(m)
+        dl = lam[..., :, None] - lam[..., None, :]
+        close = dl.abs() < 1e-4
+        slope = _sinc_slope(theta)
+        dg = torch.where(close, (slope[..., :, None] + slope[..., None, :]) / 2,
+                         (g[..., :, None] - g[..., None, :]) / torch.where(close, torch.ones_like(dl), dl))
+        W = (Ut @ Gq @ U) * dc + (Ut @ (St @ Gq) @ U) * dg
+        M = U @ W @ Ut
+        return Gq @ G.transpose(-1, -2) + M @ St + St @ M
 
 
 def skew_matrix_exp(S: torch.Tensor) -> torch.Tensor:
     """expm(S) of real skew-symmetric S[N,n,n] (the URN's generators), computed in float64
-    and returned in S's dtype, by an eigendecomposition whose backward costs four complex
-    products (`_SkewExpm`), when a gradient is needed; without one, torch's forward (the
-    faster one). Reference: `matrix_exp` (torch.linalg.matrix_exp); the two agree to
+    and returned in S's dtype, through the symmetric eigendecomposition of S^2 (`_SkewExpm`)
+    when a gradient is needed; without one, torch's forward (the faster one). Reference: `matrix_exp` (torch.linalg.matrix_exp); the two agree to
     rounding in values and gradients (tests/test_unitary_fast.py). S must be skew-symmetric:
     only then is -iS Hermitian."""
     if not (torch.is_grad_enabled() and S.requires_grad):
