@@ -224,13 +224,9 @@ def cmd_explain(args) -> int:
     from .train.checkpoint import load_checkpoint
 
     png = Path(args.png) if args.png else None
-    if png is not None:  # check the output before doing any work
-        if png.is_dir():
-            raise RnnlensError(f"--png {png} is a folder; give the PNG file to write")
-        if png.exists() and not args.force:
-            raise RnnlensError(f"{png} exists; use --force to replace it")
-        if not png.parent.is_dir():
-            raise RnnlensError(f"folder {png.parent} does not exist")
+    # before any work: the parser's `new_file` refused a folder or a missing parent folder
+    if png is not None and png.exists() and not args.force:
+        raise RnnlensError(f"{png} exists; use --force to replace it")
     if (args.text is None) == (args.file is None):
         raise RnnlensError("give the text to explain, or --file with a document (not both)")
     text = args.text

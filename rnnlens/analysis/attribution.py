@@ -49,7 +49,8 @@ from torch import nn
 
 from ..cells.base import LinearView
 from ..errors import RnnlensError
-from .ngrams import require_real
+from ..cells.classic import from_torch
+from .ngrams import initial_part, require_real
 
 TORCH_RNNS = {nn.RNN: "elman", nn.GRU: "gru", nn.LSTM: "lstm"}
 
@@ -166,8 +167,6 @@ class _Captured:
 def _cell_from_layer(rnn: nn.Module, direction: int) -> nn.Module:
     """The first layer's cell in one direction, batch-major, in eval mode. The copy shares
     nothing with the module: the attribution needs no parameter gradients."""
-    from ..cells.classic import from_torch
-
     cell = from_torch(rnn, layer=0, direction=direction)
     cell.batch_first = True
     cell.eval()
@@ -371,9 +370,8 @@ class NGramAttribution:
         whatever its forward takes first (a tuple for several), with additional_forward_args
         after it. target: class index (int or [B]) or None for the predicted class; ignored
         for single-score models. Returns NGramAttributions on the model's device."""
-        with self._running(inputs, additional_forward_args) as (out, tokens, mask, record):
-            f = self._select(out, target)
-            return self._decompose(record, f, tokens, mask, retain=False)
+        with self._running(inputs, additional_forward_args) as (out, tokens, mask, record, views):
+            return self._decompose(record, views, self._select(out, target), tokens, mask, retain=False)
 
     def attribute_positions(self, inputs, targets, additional_forward_args=None) -> list[NGramAttributions]:
         """For a model whose output is one score vector per position, [B,T,C]: the attribution
@@ -381,7 +379,7 @@ class NGramAttribution:
         tensor; -1 skips a position, which then gets None). One forward, one backward per
         position. Each result's n-grams end at or before its position (a causal model) or
         anywhere (a bidirectional tagger)."""
-        with self._running(inputs, additional_forward_args) as (out, tokens, mask, record):
+        with self._running(inputs, additional_forward_args) as (out, tokens, mask, record, views):
             if isinstance(out, tuple):
                 out = out[0]
             if out.dim() != 3:
@@ -391,20 +389,19 @@ class NGramAttribution:
             tg = tg.expand(B, T) if tg.dim() == 1 else tg
             if tg.shape != (B, T) or bool((tg >= C).any()):
                 raise RnnlensError(f"targets must be {T} class indices below {C} (or [B, T])")
+            todo = (tg >= 0).any(0).tolist()
+            last = max((t for t in range(T) if todo[t]), default=-1)
             results = []
-            todo = [t for t in range(T) if bool((tg[:, t] >= 0).any())]
             for t in range(T):
-                if t not in todo:
-                    results.append(None)
-                    continue
                 f = out[:, t].gather(1, tg[:, t, None].clamp(min=0))[:, 0]
-                results.append(self._decompose(record, f, tokens, mask, retain=t != todo[-1]))
+                results.append(self._decompose(record, views, f, tokens, mask, retain=t != last) if todo[t] else None)
             return results
 
     @contextlib.contextmanager
     def _running(self, inputs, additional_forward_args):
-        """The model's forward in eval mode under autograd, the first layer captured:
-        yields (out, tokens, mask, record)."""
+        """The model's forward in eval mode under autograd, the first layer captured: yields
+        (out, tokens, mask, record, views), views[d] = (linear view, output gain) of record d,
+        built once for every output decomposed."""
         record: list[_Captured] = []
         # cuDNN's RNN backward refuses eval mode, and the gradient through the layers above the
         # first is what reads them: on a GPU those layers run torch's native kernels instead.
@@ -415,21 +412,15 @@ class NGramAttribution:
                 out, tokens, mask = self._forward_torch(inputs, additional_forward_args, record)
             if not record:
                 raise RnnlensError("the model's forward did not run its recurrent layer")
-            self._views = {}
-            try:
-                yield out, tokens, mask, record
-            finally:
-                self._views = {}
-
-    def _view(self, d: int, rec: _Captured) -> LinearView:
-        view = self._views.get(d)
-        if view is None:
+            views = []
             with torch.no_grad():
-                view = self._views[d] = rec.cell.linear_view(rec.x, rec.mask)
-            require_real(view, "n-gram contributions")
-        return view
+                for rec in record:
+                    view = rec.cell.linear_view(rec.x, rec.mask)
+                    require_real(view, "n-gram contributions")
+                    views.append((view, rec.cell.output_gain(rec.x, rec.mask)))
+            yield out, tokens, mask, record, views
 
-    def _decompose(self, record, f, tokens, mask, retain: bool) -> NGramAttributions:
+    def _decompose(self, record, views, f, tokens, mask, retain: bool) -> NGramAttributions:
         """f[B] = offset + n-grams + remainder, through the gradient of f at the first layer."""
         grads = torch.autograd.grad(f.sum(), [r.out for r in record], allow_unused=True, retain_graph=retain)
         f = f.detach()
@@ -440,9 +431,7 @@ class NGramAttribution:
         explained = f.new_zeros(B)
         exact = True
         with torch.no_grad():
-            for d, (rec, w) in enumerate(zip(record, grads)):
-                view = self._view(d, rec)
-                gain = rec.cell.output_gain(rec.x, rec.mask)
+            for d, (rec, w, (view, gain)) in enumerate(zip(record, grads, views)):
                 # the output is the view's readout (or its full state) exactly, or only to first order
                 exact = exact and view.exact and gain is None
                 if w is None:
@@ -469,8 +458,6 @@ def _start_part(view: LinearView, w: torch.Tensor, full_state: bool) -> torch.Te
     """[B]: sum_t w_t . (A(x_t)...A(x_1) s_0), the part of the state that a non-zero start
     state s_0 of the view carries (a cell that starts from a state of its own, e.g. the
     URN's e_0); zero when the view starts at zero."""
-    from .ngrams import initial_part
-
     init = initial_part(view)
     if init is None:
         return w.new_zeros(w.shape[0])

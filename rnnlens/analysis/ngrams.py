@@ -82,9 +82,9 @@ def ngram_vectors(view: LinearView) -> torch.Tensor:
     for t in range(T):
         V = torch.cat([view.apply(t, V), view.g[:, t, None]], 1) if t else view.g[:, :1]
         out[:, t, : t + 1] = V
-    if view.semiring == "real":
-        return _zero_invalid(view, out)
-    return torch.where(valid_pairs(view)[..., None], out, torch.full_like(out, view.zero))
+    if view.mask is None:            # i > t already holds the zero
+        return out
+    return torch.where(valid_pairs(view)[..., None], out, out.new_tensor(view.zero))
 
 
 def ngram_scores(view: LinearView, w: torch.Tensor) -> torch.Tensor:
@@ -131,15 +131,14 @@ def _ngram_scores_autograd(view: LinearView, w: torch.Tensor) -> torch.Tensor:
     W = _readout_rows(view, w)
     B, T, S = view.g.shape
     dense = _cheap_dense(view)
-    rows = []
+    out = view.g.new_zeros(B, T, T, W.shape[0])       # only written, never read: in place is safe
     V = view.g[:, :0]
     for t in range(T):
         if t:
             V = V @ view.matrix(t).transpose(1, 2) if dense and t > S // 8 else view.apply(t, V)
         V = torch.cat([V, view.at("g", t)[:, None]], 1)
-        scores = V @ W.T                                                  # [B, t+1, C]
-        rows.append(torch.cat([scores, scores.new_zeros(B, T - t - 1, W.shape[0])], 1))
-    return _zero_invalid(view, torch.stack(rows, 1))
+        out[:, t, : t + 1] = V @ W.T
+    return _zero_invalid(view, out)
 
 
 def _lstm_in_place(view: LinearView):
@@ -359,7 +358,6 @@ class Explanation:
 
 def explain(view: LinearView, w: torch.Tensor, states: torch.Tensor) -> Explanation:
     """Scores, context scores and remainder of a batch. states[B,T,S] are the model's."""
-    require_real(view)
     W = _readout_rows(view, w)
     scores = ngram_scores(view, w)
     valid = valid_pairs(view)

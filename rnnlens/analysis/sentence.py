@@ -168,22 +168,29 @@ def _target_names(model, vocab) -> list[str]:
     return list(model.labels or [])
 
 
+def _checked_target(model, vocab, target: str | None) -> list[str]:
+    """The names the model's outputs score (labels, tags, words, symbols), after checking
+    that `target` is one of them (one-line errors; a regression model takes none)."""
+    names = _target_names(model, vocab)
+    if target is not None and model.task == "regress":
+        raise RnnlensError("a regression model has one output: --target does not apply")
+    if target is not None and target not in names:
+        what = {"lm": "word in the model's vocabulary", "tag": "tag of this model"}.get(model.task, "label of this model")
+        shown = "" if model.task == "lm" else f": {', '.join(names)}"
+        raise RnnlensError(f"--target {target!r} is not a {what}{shown}")
+    return names
+
+
 def readout_row(model, vocab, target: str | None = None) -> tuple[torch.Tensor, str]:
     """(w[H], name): the output-layer row that scores `target` on the encoder's output, the
     w of the paper's standalone n-gram scores w^T v_{i:t}. A binary classifier's one row
     scores its second label (negated for the first, the default being the second); a
     regression model's row its output; otherwise `target` (a label, tag, word or symbol) is
     needed. One-line errors for heads without a linear row (an MLP, an adaptive softmax)."""
-    names = _target_names(model, vocab)
+    names = _checked_target(model, vocab, target)
     task, head = model.task, model.head
     if task == "regress":
-        if target is not None:
-            raise RnnlensError("a regression model has one output: --target does not apply")
         return head.out.weight[0], "output"
-    if target is not None and target not in names:
-        shown = "" if task == "lm" else f": {', '.join(names)}"
-        raise RnnlensError(f"--target {target!r} is not a {'word in the vocabulary' if task == 'lm' else 'label'} "
-                           f"of this model{shown}")
     if task not in SEQUENCE_TASKS:
         rows = model.readout_weight                    # an MLP head refuses here
         if rows.shape[0] == 1:
@@ -216,19 +223,13 @@ def explain_text(model, vocab, tokens: list[str], target: str | None = None) -> 
         raise RnnlensError("the text is empty: nothing to explain")
     if model.cfg.cell == "transformer":
         raise RnnlensError("a transformer has no n-gram decomposition: explain explains recurrent models")
+    names = _checked_target(model, vocab, target)
     model.eval()
     batch = collate([Example(list(tokens))], vocab)
     unknown = [t for t in tokens if t not in vocab]
     scorer = _Scores(model)
     with torch.no_grad():
         out = scorer(batch)[0]
-    names = _target_names(model, vocab)
-    if target is not None and model.task == "regress":
-        raise RnnlensError("a regression model has one output: --target does not apply")
-    if target is not None and target not in names:
-        what = {"lm": "word in the model's vocabulary", "tag": "tag of this model"}.get(model.task, "label of this model")
-        shown = "" if model.task == "lm" else f": {', '.join(names)}"
-        raise RnnlensError(f"--target {target!r} is not a {what}{shown}")
     attr = NGramAttribution(scorer, vocab=vocab)
     common = dict(tokens=list(tokens), unknown=unknown, task=model.task, layers=model.cfg.layers,
                   labels=None if model.labels is None else list(model.labels),

@@ -82,29 +82,30 @@ class _Classic(Cell):
         raise NotImplementedError
 
     def forward(self, x, mask=None, state=None):
-        if not self._can_fuse(x, mask):
-            return super().forward(x, mask, state)
         if not self.batch_first:
-            x, mask = self._to_batch_major(x, mask)
-            out, final = self._fused_forward(x, mask, state)
+            out, final = self._batch_major_forward(*self._to_batch_major(x, mask), state)
             return out.transpose(0, 1), final
-        return self._fused_forward(x, mask, state)
+        return self._batch_major_forward(x, mask, state)
 
     def _can_fuse(self, x, mask) -> bool:
+        """Whether the fused kernel takes x[B,T,E] and mask (batch-major): no recurrent
+        dropout in training, and a mask that is None or right padding without empty rows
+        (packing refuses them)."""
         if not self.fused or (self.training and self.recurrent_dropout > 0) or x.dim() != 3 or x.shape[1] == 0:
             return False
         if mask is None:
             return True
-        m = mask if self.batch_first else mask.transpose(0, 1)
-        lengths = m.sum(1)
-        if bool((lengths == 0).any()):
-            return False           # packing refuses empty rows
-        return bool((m == (torch.arange(m.shape[1], device=m.device)[None] < lengths[:, None])).all())
+        lengths = mask.sum(1, keepdim=True)
+        return bool((lengths > 0).all() and (mask == (torch.arange(mask.shape[1], device=mask.device) < lengths)).all())
 
-    def _fused_forward(self, x, mask, s):
-        """x[B,T,E] batch-major, mask None or right padding -> (out[B,T,H], final[B,S])."""
+    def _batch_major_forward(self, x, mask, s):
+        """x[B,T,E], mask[B,T] batch-major -> (out[B,T,H], final[B,S]): the fused kernel where
+        it applies (`_can_fuse`), else the Python loop."""
         from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+        if not self._can_fuse(x, mask):
+            states, final = Cell.scan(self, x, mask, s)
+            return self.output(states), final
         if x.shape[-1] != self.input_size:
             raise ValueError(f"expected x of shape [B, T, {self.input_size}], got {tuple(x.shape)}")
         B, T, _ = x.shape
@@ -115,26 +116,24 @@ class _Classic(Cell):
         hx = (s[None, :, H:].contiguous(), s[None, :, :H].contiguous()) if lstm else s[None].contiguous()
         weights = [self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh]
         kernel = self._fused_kernel()
+        lengths = None if mask is None else mask.sum(1).cpu()
+        if lengths is not None and bool((lengths == T).all()):
+            lengths = None         # nothing to pack
         # cuDNN's backward refuses eval mode (captum attributes through eval-mode models):
         # there ATen's own CUDA loop runs instead
         no_cudnn = x.is_cuda and not self.training and torch.is_grad_enabled()
-        if mask is not None and bool(mask.all()):
-            mask = None            # nothing to pack
         with torch.backends.cudnn.flags(enabled=False) if no_cudnn else contextlib.nullcontext():
-            if mask is None:
+            if lengths is None:
                 res = kernel(x, hx, weights, True, 1, 0.0, self.training, False, True)
                 out = res[0]
             else:
-                lengths = mask.sum(1)
-                packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-                order = packed.sorted_indices
+                packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+                order, back = packed.sorted_indices, packed.unsorted_indices
                 hx = tuple(h.index_select(1, order) for h in hx) if lstm else hx.index_select(1, order)
                 res = kernel(packed.data, packed.batch_sizes, hx, weights, True, 1, 0.0, self.training, False)
-                out, _ = pad_packed_sequence(PackedSequence(res[0], packed.batch_sizes, order,
-                                                            packed.unsorted_indices), batch_first=True,
-                                             total_length=T)
+                out, _ = pad_packed_sequence(PackedSequence(res[0], packed.batch_sizes, order, back),
+                                             batch_first=True, total_length=T)
                 out = hold_at_pads(out, mask)
-                back = packed.unsorted_indices
                 res = (res[0], *(r.index_select(1, back) for r in res[1:]))
         final = torch.cat([res[2][0], res[1][0]], -1) if lstm else res[1][0]
         return out, final
