@@ -169,8 +169,15 @@ FUSED = [("mvma-g", "structured"), ("mvma-e", "structured"), ("mvma-me", "struct
 
 @pytest.mark.parametrize("name,kind", FUSED)
 @pytest.mark.parametrize("masked", [False, True])
-def test_fused_scans_match_the_generic_engine(name, kind, masked):
+@pytest.mark.parametrize("rows", [None, 4, 16])
+def test_fused_scans_match_the_generic_engine(name, kind, masked, rows, monkeypatch):
+    """Values and every gradient; rows = 4 or 16 makes the backward form its coefficient and
+    W gradients block by block (one, or four time steps of the batch of 4 per block with a
+    shorter last block), as it does at long lengths."""
+    from rnnlens.ops import affine
     from rnnlens.ops.affine import lstm_block_scan, structured_scan
+    if rows is not None:
+        monkeypatch.setattr(affine, "BACKWARD_ROWS", rows)
     cell = make(name)
     x, mask, _ = padded_batch()
     mask = mask if masked else None
@@ -191,3 +198,26 @@ def test_fused_scans_match_the_generic_engine(name, kind, masked):
         if a is None or b is None:
             continue
         assert max_diff(a, b) < 1e-10
+
+
+@pytest.mark.parametrize("used", ["all", "some"])
+@pytest.mark.parametrize("block", [None, 4])
+def test_lstm_view_terms_equal_their_reference_with_gradients(used, block, monkeypatch):
+    """The LSTM view's terms through the hand-derived backward equal the equations under
+    autograd, values and gradients, also when some outputs get no gradient and when the
+    backward runs in blocks of rows (4 of the 15 positions: the last block shorter)."""
+    from rnnlens.cells import classic
+    from rnnlens.cells.classic import lstm_view_terms, lstm_view_terms_ref
+    if block:
+        monkeypatch.setattr(classic, "_TERMS_BLOCK_ROWS", block)
+    z = (torch.randn(3, 5, 4 * H, dtype=torch.float64) * 2).requires_grad_(True)
+    fast, ref = lstm_view_terms(z), lstm_view_terms_ref(z)
+    for a, b in zip(fast, ref):
+        assert max_diff(a, b) < 1e-14
+    ws = [torch.randn_like(t) for t in ref]
+    keep = range(6) if used == "all" else (0, 3, 5)
+    loss = lambda outs: sum((outs[j] * ws[j]).sum() for j in keep)   # noqa: E731
+    (g1,) = torch.autograd.grad(loss(fast), z)
+    (g2,) = torch.autograd.grad(loss(ref), z)
+    assert max_diff(g1, g2) < 1e-12
+    assert torch.autograd.gradcheck(lambda t: lstm_view_terms(t), (z[:1, :2].detach().requires_grad_(True),))

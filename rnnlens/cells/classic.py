@@ -12,8 +12,10 @@ import math
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from ..errors import RnnlensError
+from ..ops.linear import linear
 from .base import Cell, LinearView, StructuredView, hold_at_pads
 
 
@@ -46,8 +48,7 @@ class _Classic(Cell):
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
         """All input projections in one matrix product: [B,T,E] -> [B,T,G*H]."""
-        return torch.addmm(self.bias_ih, x.reshape(-1, x.shape[-1]), self.weight_ih.T).view(
-            *x.shape[:-1], -1)
+        return linear(x, self.weight_ih, self.bias_ih)
 
     def _scan(self, x, mask, s):
         P = self._project(x)
@@ -274,15 +275,88 @@ class LSTM(_Classic):
         return torch.cat([c, torch.sigmoid(o) * torch.tanh(c)], -1)
 
     def _linear_view(self, x, mask=None) -> LinearView:
-        """First order at (c, h) = 0 (implicit-ngrams Appendix F, with biases)."""
-        zi, zf, zg, zo = (self._project(x) + self.bias_hh).chunk(4, -1)
-        i0, f0, g0, o0 = torch.sigmoid(zi), torch.sigmoid(zf), torch.tanh(zg), torch.sigmoid(zo)
-        c0 = i0 * g0
-        tc = torch.tanh(c0)
-        return LSTMView(
-            g=torch.cat([c0, o0 * tc], -1), mask=mask, W=self.weight_hh, f=f0,
-            a_i=g0 * i0 * (1 - i0), a_g=i0 * (1 - g0 * g0), a_o=tc * o0 * (1 - o0),
-            k=o0 * (1 - tc * tc), readout=slice(self.hidden_size, None))
+        """First order at (c, h) = 0 (implicit-ngrams Appendix F, with biases): the terms of
+        `lstm_view_terms` from z = W_ih x + b_ih + b_hh."""
+        g, f0, a_i, a_g, a_o, k = lstm_view_terms(linear(x, self.weight_ih, self.bias_ih + self.bias_hh))
+        return LSTMView(g=g, mask=mask, W=self.weight_hh, f=f0, a_i=a_i, a_g=a_g, a_o=a_o, k=k,
+                        readout=slice(self.hidden_size, None))
+
+
+def lstm_view_terms_ref(z: torch.Tensor):
+    """The LSTM view's terms from its pre-activations z = [z_i, z_f, z_g, z_o] [..., 4H], as
+    the equations read (autograd differentiates them): i, f, o = s(z_*), g = tanh(z_g),
+    c = i g, and
+        g_view = [c; o tanh(c)],  f,  a_i = g i (1 - i),  a_g = i (1 - g^2),
+        a_o = tanh(c) o (1 - o),  k = o (1 - tanh(c)^2)."""
+    zi, zf, zg, zo = z.chunk(4, -1)
+    i0, f0, g0, o0 = torch.sigmoid(zi), torch.sigmoid(zf), torch.tanh(zg), torch.sigmoid(zo)
+    c0 = i0 * g0
+    tc = torch.tanh(c0)
+    return (torch.cat([c0, o0 * tc], -1), f0, g0 * i0 * (1 - i0), i0 * (1 - g0 * g0), tc * o0 * (1 - o0),
+            o0 * (1 - tc * tc))
+
+
+class _LSTMViewTerms(torch.autograd.Function):
+    """lstm_view_terms_ref with a hand-derived backward that keeps only z: autograd's graph
+    of the same expressions keeps about eleven [..., H] tensors (at batch 32 x length 4096 x
+    hidden 256, 134 MB each), this keeps z's four and recomputes the activations."""
+
+    @staticmethod
+    def forward(ctx, z):
+        ctx.save_for_backward(z)
+        with torch.no_grad():
+            return lstm_view_terms_ref(z)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dg, df, dai, dag, dao, dk):
+        (z,) = ctx.saved_tensors
+        H = z.shape[-1] // 4
+        z2 = z.reshape(-1, 4 * H)
+        dz = torch.empty_like(z2)
+        flat = [None if d is None else d.reshape(-1, d.shape[-1]) for d in (dg, df, dai, dag, dao, dk)]
+        # elementwise, so block by block: the temporaries stay the size of a block
+        for r in range(0, z2.shape[0], _TERMS_BLOCK_ROWS):
+            rows = slice(r, r + _TERMS_BLOCK_ROWS)
+            _lstm_terms_backward(z2[rows], dz[rows], *(None if d is None else d[rows] for d in flat))
+        return dz.view_as(z)
+
+
+_TERMS_BLOCK_ROWS = 4096
+
+
+def _lstm_terms_backward(z, dz, dg, df, dai, dag, dao, dk):
+    """dz [N,4H] (written) from z [N,4H] and the terms' gradients (None: no gradient)."""
+    zi, zf, zg, zo = z.chunk(4, -1)
+    i, f, gg, o = torch.sigmoid(zi), torch.sigmoid(zf), torch.tanh(zg), torch.sigmoid(zo)
+    tc = torch.tanh(i * gg)
+    one_tc2 = 1 - tc * tc
+    H = i.shape[-1]
+    zero = torch.zeros((), dtype=z.dtype, device=z.device)
+    dc_view, dh_view = (dg[:, :H], dg[:, H:]) if dg is not None else (zero, zero)
+    dai, dag, dao, dk = (zero if d is None else d for d in (dai, dag, dao, dk))
+    # through g_view's h part o tanh(c), a_o = tanh(c) o (1 - o) and k = o (1 - tanh(c)^2)
+    do = dh_view * tc + dao * tc * (1 - 2 * o) + dk * one_tc2
+    dtc = dh_view * o + dao * o * (1 - o) - 2 * dk * o * tc
+    dc = dc_view + dtc * one_tc2
+    # through c = i g, a_i = g i (1 - i) and a_g = i (1 - g^2)
+    di = dc * gg + dai * gg * (1 - 2 * i) + dag * (1 - gg * gg)
+    dgg = dc * i + dai * i * (1 - i) - 2 * dag * i * gg
+    dzi, dzf, dzg, dzo = dz.chunk(4, -1)
+    torch.mul(di, i * (1 - i), out=dzi)
+    if df is None:
+        dzf.zero_()
+    else:
+        torch.mul(df, f * (1 - f), out=dzf)
+    torch.mul(dgg, 1 - gg * gg, out=dzg)
+    torch.mul(do, o * (1 - o), out=dzo)
+
+
+def lstm_view_terms(z: torch.Tensor):
+    """(g_view [..., 2H], f, a_i, a_g, a_o, k) of the LSTM's first-order view from its
+    pre-activations z [..., 4H] (see lstm_view_terms_ref, the reference it must equal,
+    values and gradients); differentiable once."""
+    return _LSTMViewTerms.apply(z)
 
 
 class LSTMView(LinearView):

@@ -15,10 +15,27 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
-from ..ops.affine import affine_scan, lstm_block_scan, structured_scan
+from ..ops.affine import affine_scan, lstm_scan, structured_scan
+from ..ops.linear import linear
 from .base import Cell, LinearView, StructuredView
 from .classic import CLASSIC, LSTMView
+
+# Inputs of at least this many positions (B*T) recompute the view's coefficients in the
+# backward instead of keeping their autograd graph (see AffineCell._scan): at batch 32 that is
+# sequences of 1,024 steps and more; shorter ones keep the graph, which is faster.
+RECOMPUTE_POSITIONS = 32768
+
+
+def _fused_parts(view):
+    """The tensors a fused scan takes from a view, or None for a view with no fused scan."""
+    if type(view) is StructuredView:
+        return "structured", view.g, view.W, view.coef, view.diag
+    if type(view) is LSTMView:
+        W = view.w3 if view.a_f is None else view.W
+        return "lstm", view.g, W, view.f, view.a_i, view.a_g, view.a_o, view.k, view.a_f
+    return None
 
 
 def first_tokens(mask: torch.Tensor | None, B: int, T: int, device) -> torch.Tensor:
@@ -35,6 +52,11 @@ class AffineCell(Cell):
     `matrices(x) -> (A[B,T,S,S], g[B,T,S])` (dense, from the paper's equations)."""
 
     additive = True                 # MVMA; False: MVM
+    # Recompute the view's coefficients in the backward of long inputs (RECOMPUTE_POSITIONS).
+    # Measured at batch 32 x length 4096 x 256: lstm-approx 3,097 -> 2,359 MB peak; MVMA-G/L,
+    # whose views go through fused coefficient functions of their own, rose (3,035 -> 3,245 MB),
+    # so they keep it off.
+    recompute_view = True
     clamp: float | None = None      # bound states to (-clamp, clamp) (sequence-level A.4)
 
     def linear_view(self, x: torch.Tensor, mask: torch.Tensor | None = None,
@@ -47,13 +69,31 @@ class AffineCell(Cell):
         return view.starting_from(state)
 
     def _scan(self, x, mask, s):
+        if self.recompute_view and self.clamp is None and x.shape[1] > 0 and torch.is_grad_enabled() \
+                and x.shape[0] * x.shape[1] >= RECOMPUTE_POSITIONS:
+            # Long input under autograd: keep x, not the graph that builds the view's
+            # coefficients (about ten [B,T,H] tensors for the GRU and LSTM views); that graph
+            # is built again in the backward, which costs one more pass of elementwise work.
+            parts = checkpoint(self._fused_parts, x, mask, use_reentrant=False)
+            if parts is not None:
+                return self._fused_scan(parts, s, mask)
         view = self.linear_view(x, mask)
         if self.clamp is None and x.shape[1] > 0:
-            if type(view) is StructuredView:
-                return structured_scan(view.g, view.W, view.coef, view.diag, s, mask)
-            if type(view) is LSTMView:
-                return lstm_block_scan(view, s, mask)
+            parts = _fused_parts(view)
+            if parts is not None:
+                return self._fused_scan(parts, s, mask)
         return affine_scan(view, s, self.clamp)
+
+    def _fused_parts(self, x, mask):
+        return _fused_parts(self.linear_view(x, mask))
+
+    @staticmethod
+    def _fused_scan(parts, s, mask):
+        kind, *tensors = parts
+        if kind == "structured":
+            g, W, coef, diag = tensors
+            return structured_scan(g, W, coef, diag, s, mask)
+        return lstm_scan(*tensors, s, mask)
 
     def step(self, x_t: torch.Tensor, s: torch.Tensor, add_g: torch.Tensor | bool = True) -> torch.Tensor:
         A, g = self.matrices(x_t[:, None])
@@ -99,6 +139,7 @@ class MVMA(AffineCell):
         self.additive = additive
         self.base = CLASSIC[base](input_size, hidden_size)
         self.state_size = self.base.state_size
+        self.recompute_view = False
 
     def _view(self, x, mask):
         return self.base.linear_view(x, mask)
@@ -153,8 +194,8 @@ class MVMAME(AffineCell):
         return [(self, "M")]
 
     def _view(self, x, mask):
-        a = 0.25 * torch.tanh(self.W(x))
-        return StructuredView(torch.tanh(self.W_g(x)), mask, self.M, a, diag=torch.full_like(a, 0.5), exact=True)
+        a = 0.25 * torch.tanh(linear(x, self.W.weight, self.W.bias))
+        return StructuredView(torch.tanh(linear(x, self.W_g.weight, self.W_g.bias)), mask, self.M, a, diag=torch.full_like(a, 0.5), exact=True)
 
     def matrices(self, x):
         H = self.hidden_size
@@ -184,7 +225,7 @@ class _TorchLayout(AffineCell):
             nn.init.uniform_(p, -k, k)
 
     def _x(self, x):
-        return (x @ self.weight_ih.T + self.bias_ih).chunk(self.gates, -1)
+        return linear(x, self.weight_ih, self.bias_ih).chunk(self.gates, -1)
 
 
 class GRUApprox(_TorchLayout):

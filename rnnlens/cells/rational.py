@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops.linear import linear
 from ..ops.semiring import get_semiring
 from .base import Cell, LinearView, hold_at_pads
 
@@ -124,7 +125,7 @@ class RationalCell(Cell):
         unbind, whose backward stacks the gradients once (slicing would zero-fill and copy a
         full-size gradient per slice)."""
         n = self.n
-        P = F.linear(x, self.weight, self.bias * self.bias_mask)
+        P = linear(x, self.weight, self.bias * self.bias_mask)
         rows = P.view(*x.shape[:-1], -1, self.hidden_size).unbind(-2)
         pu, pf = rows[0: 2 * n: 2], rows[1: 2 * n: 2]
         po = rows[2 * n] if self.output_gate else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..cells.base import LinearView
+from .linear import mm, mm_t
 
 
 def affine_scan(view: LinearView, s0: torch.Tensor | None = None,
@@ -66,14 +67,29 @@ def _reverse_scan(dstates: torch.Tensor, mask, s0: torch.Tensor, back):
     return d_in, delta
 
 
+# The backward forms the coefficient and W gradients over blocks of this many rows of the
+# flattened [B*T] positions: one product per block, and no [B,T,K*H] temporary beyond a block
+# (at batch 32 x length 4096 x hidden 256 a full [B,T,3H] float32 temporary is 400 MB).
+BACKWARD_ROWS = 8192
+
+
+def _time_blocks(B: int, T: int, rows: int | None = None):
+    """Slices of the time axis covering about `rows` (default BACKWARD_ROWS) positions each."""
+    step = max(1, (rows or BACKWARD_ROWS) // max(B, 1))
+    return [slice(t, min(t + step, T)) for t in range(0, T, step)]
+
+
 class _StructuredScan(torch.autograd.Function):
     """s_t = sum_k a_k(x_t) * (W_k s_{t-1}) + d(x_t) * s_{t-1} + g(x_t), kept at pads.
 
     The forward loop records no autograd graph: one [B,H] x [H,K*H] product and a few
-    elementwise operations a step. The backward is the hand-derived reverse scan, one
-    [B,K*H] x [K*H,H] product a step; the gradients of W and of the per-step coefficients
-    are batched over all steps afterwards (the products W_k s_{t-1} are kept from the
-    forward, [B,T,K*H], rather than recomputed).
+    elementwise operations a step. It keeps only the states: g is not needed by the
+    backward (its gradient is the adjoint of the new state), and the products
+    U_t = W s_{t-1} that the coefficients' gradient needs are formed again in the
+    backward, one product per block of positions (`_time_blocks`), which is cheaper in
+    time than storing them step by step and saves a [B,T,K*H] tensor. The backward is the
+    hand-derived reverse scan, one [B,K*H] x [K*H,H] product a step; the gradients of W
+    and of the coefficients are batched over blocks of positions afterwards.
     """
 
     @staticmethod
@@ -82,39 +98,44 @@ class _StructuredScan(torch.autograd.Function):
         K = W.shape[0] // H
         Wt = W.t()
         states = g.new_empty(B, T, H)
-        U = g.new_empty(B, T, K * H)          # W_k s_{t-1}, kept for the coefficients' gradient
         s = s0
         with torch.no_grad():
             for t in range(T):
-                u = torch.mm(s, Wt)
-                U[:, t] = u
-                new = torch.mul(u.view(B, K, H), coef[:, t].view(B, K, H)).sum(1)
+                u = mm(s, Wt).view(B, K, H)
+                new = u.mul_(coef[:, t].view(B, K, H)).sum(1)
                 new.addcmul_(diag[:, t], s).add_(g[:, t])
                 if mask is not None:
                     new = torch.where(mask[:, t, None], new, s)
                 states[:, t] = new
                 s = new
-        ctx.save_for_backward(g, W, coef, diag, s0, states, U)
+        ctx.save_for_backward(W, coef, diag, s0, states)
         ctx.mask = mask
         return states
 
     @staticmethod
     def backward(ctx, dstates):
-        g, W, coef, diag, s0, states, U = ctx.saved_tensors
+        W, coef, diag, s0, states = ctx.saved_tensors
         mask = ctx.mask
-        B, T, H = g.shape
+        B, T, H = states.shape
         K = W.shape[0] // H
-        prev = torch.cat([s0[:, None], states[:, :-1]], 1)              # s_{t-1}
         coef3 = coef.view(B, T, K, H)
 
         def back(t, din):
-            d = torch.mm((coef3[:, t] * din[:, None, :]).reshape(B, K * H), W)
+            d = mm((coef3[:, t] * din[:, None, :]).reshape(B, K * H), W)
             return d.addcmul_(diag[:, t], din)
 
         d_in, delta = _reverse_scan(dstates, mask, s0, back)
-        dcoef = (U.view(B, T, K, H) * d_in[:, :, None, :]).reshape(B, T, K * H)
+        prev = torch.cat([s0[:, None], states[:, :-1]], 1)              # s_{t-1}
         ddiag = d_in * prev
-        dW = torch.matmul((coef3 * d_in[:, :, None, :]).reshape(B * T, K * H).t(), prev.reshape(B * T, H))
+        dcoef = torch.empty_like(coef)
+        dW = torch.zeros_like(W)
+        for sl in _time_blocks(B, T):
+            n = sl.stop - sl.start
+            p = prev[:, sl].reshape(B * n, H)
+            d = d_in[:, sl, None, :]
+            U = mm(p, W.t()).view(B, n, K, H)
+            torch.mul(U, d, out=dcoef[:, sl].view(B, n, K, H))
+            dW += mm_t(torch.mul(coef3[:, sl], d, out=U).view(B * n, K * H), p)   # U's buffer reused
         return d_in, dW, dcoef, ddiag, delta, None
 
 
@@ -136,8 +157,9 @@ class _LSTMBlockScan(torch.autograd.Function):
     into (u_i, u_f, u_g, u_o),
         u  = f * c_{t-1} + a_i * u_i + a_f * u_f + a_g * u_g
         c_t = u + g_c,   h_t = k * u + a_o * u_o + g_h.
-    Forward without an autograd graph, backward as a hand-derived reverse scan; the
-    coefficient and W gradients are batched over all steps afterwards."""
+    Forward without an autograd graph, keeping only the states (as _StructuredScan: U is
+    formed again in the backward, block by block); backward as a hand-derived reverse
+    scan; the coefficient and W gradients are batched over blocks of positions."""
 
     @staticmethod
     def forward(ctx, g, W, f, a_i, a_g, a_o, k, a_f, s0, mask):
@@ -146,62 +168,86 @@ class _LSTMBlockScan(torch.autograd.Function):
         Wt = W.t()
         K = W.shape[0] // H                   # 4, or 3 when the W_hf block is dropped (a_f None)
         states = g.new_empty(B, T, S)
-        U = g.new_empty(B, T, K * H)
         s = s0
         with torch.no_grad():
             for t in range(T):
                 c, h = s[:, :H], s[:, H:]
-                uk = torch.mm(h, Wt)
-                U[:, t] = uk
+                uk = mm(h, Wt)
                 ui, ug, uo = uk[:, :H], uk[:, (K - 2) * H:(K - 1) * H], uk[:, (K - 1) * H:]
-                u = f[:, t] * c + a_i[:, t] * ui + a_g[:, t] * ug
+                u = f[:, t] * c
+                u.addcmul_(a_i[:, t], ui).addcmul_(a_g[:, t], ug)
                 if a_f is not None:
                     u.addcmul_(a_f[:, t], uk[:, H:2 * H])
-                new = torch.cat([u + g[:, t, :H], k[:, t] * u + a_o[:, t] * uo + g[:, t, H:]], -1)
+                new = torch.empty_like(s)
+                torch.add(u, g[:, t, :H], out=new[:, :H])
+                torch.addcmul(g[:, t, H:], k[:, t], u, out=new[:, H:]).addcmul_(a_o[:, t], uo)
                 if mask is not None:
                     new = torch.where(mask[:, t, None], new, s)
                 states[:, t] = new
                 s = new
-        ctx.save_for_backward(g, W, f, a_i, a_g, a_o, k, a_f, s0, states, U)
+        ctx.save_for_backward(W, f, a_i, a_g, a_o, k, a_f, s0, states)
         ctx.mask = mask
         return states
 
     @staticmethod
     def backward(ctx, dstates):
-        g, W, f, a_i, a_g, a_o, k, a_f, s0, states, U = ctx.saved_tensors
+        W, f, a_i, a_g, a_o, k, a_f, s0, states = ctx.saved_tensors
         mask = ctx.mask
-        B, T, S = g.shape
+        B, T, S = states.shape
         H = S // 2
         K = W.shape[0] // H
 
-        def gate_grads(du, dh, t):
+        def gate_grads(du, dh, sl):
             """dL/dU from du = dL/du and dh, in U's block order (i, [f,] g, o)."""
-            sl = (slice(None), t) if t is not None else (Ellipsis,)
             parts = [du * a_i[sl]] + ([du * a_f[sl]] if a_f is not None else []) + [du * a_g[sl], dh * a_o[sl]]
             return torch.cat(parts, -1)
 
         def back(t, din):
             dc, dh = din[:, :H], din[:, H:]
             du = dc + k[:, t] * dh
-            return torch.cat([du * f[:, t], torch.mm(gate_grads(du, dh, t), W)], -1)
+            return torch.cat([du * f[:, t], mm(gate_grads(du, dh, (slice(None), t)), W)], -1)
 
         d_in, delta = _reverse_scan(dstates, mask, s0, back)
-        prev = torch.cat([s0[:, None], states[:, :-1]], 1)
-        c_prev, h_prev = prev[..., :H], prev[..., H:]
-        ui, ug, uo = U[..., :H], U[..., (K - 2) * H:(K - 1) * H], U[..., (K - 1) * H:]
-        uf = U[..., H:2 * H] if a_f is not None else None
-        dc, dh = d_in[..., :H], d_in[..., H:]
-        u = f * c_prev + a_i * ui + a_g * ug + (a_f * uf if a_f is not None else 0)
-        du = dc + k * dh
-        dW = torch.matmul(gate_grads(du, dh, None).reshape(B * T, K * H).t(), h_prev.reshape(B * T, H))
-        return (d_in, dW, du * c_prev, du * ui, du * ug, dh * uo, dh * u,
-                du * uf if a_f is not None else None, delta, None)
+        outs = {name: torch.empty_like(f) for name in ("f", "a_i", "a_g", "a_o", "k")}
+        if a_f is not None:
+            outs["a_f"] = torch.empty_like(f)
+        dW = torch.zeros_like(W)
+        for sl in _time_blocks(B, T):
+            n = sl.stop - sl.start
+            at = (slice(None), sl)
+            prev = states[:, sl.start - 1:sl.stop - 1] if sl.start else \
+                torch.cat([s0[:, None], states[:, :sl.stop - 1]], 1)
+            c_prev, h_prev = prev[..., :H], prev[..., H:].reshape(B * n, H)
+            U = mm(h_prev, W.t()).view(B, n, K * H)
+            ui, ug, uo = U[..., :H], U[..., (K - 2) * H:(K - 1) * H], U[..., (K - 1) * H:]
+            dc, dh = d_in[:, sl, :H], d_in[:, sl, H:]
+            du = dc + k[at] * dh
+            u = f[at] * c_prev + a_i[at] * ui + a_g[at] * ug
+            if a_f is not None:
+                uf = U[..., H:2 * H]
+                u += a_f[at] * uf
+                torch.mul(du, uf, out=outs["a_f"][at])
+            torch.mul(du, c_prev, out=outs["f"][at])
+            torch.mul(du, ui, out=outs["a_i"][at])
+            torch.mul(du, ug, out=outs["a_g"][at])
+            torch.mul(dh, uo, out=outs["a_o"][at])
+            torch.mul(dh, u, out=outs["k"][at])
+            dW += mm_t(gate_grads(du, dh, at).reshape(B * n, K * H), h_prev)
+        return (d_in, dW, outs["f"], outs["a_i"], outs["a_g"], outs["a_o"], outs["k"], outs.get("a_f"),
+                delta, None)
 
 
 def lstm_block_scan(view, s0: torch.Tensor, mask: torch.Tensor | None = None):
     """Fused fast path for an LSTMView: -> (states[B,T,2H], final[B,2H])."""
-    g = view.g if mask is None else view.g * mask[..., None].to(view.g.dtype)
     # without a_f, W_hf multiplies nothing: a [B,H] x [H,3H] product per step, not 4H
     W = view.w3 if view.a_f is None else view.W
-    states = _LSTMBlockScan.apply(g, W, view.f, view.a_i, view.a_g, view.a_o, view.k, view.a_f, s0, mask)
+    return lstm_scan(view.g, W, view.f, view.a_i, view.a_g, view.a_o, view.k, view.a_f, s0, mask)
+
+
+def lstm_scan(g, W, f, a_i, a_g, a_o, k, a_f, s0, mask=None):
+    """lstm_block_scan on the view's tensors: W [K*H,H] holds the blocks (i, [f,] g, o) that
+    act (K = 3 without a_f, 4 with it). -> (states[B,T,2H], final[B,2H])."""
+    if mask is not None:
+        g = g * mask[..., None].to(g.dtype)
+    states = _LSTMBlockScan.apply(g, W, f, a_i, a_g, a_o, k, a_f, s0, mask)
     return states, states[:, -1]
