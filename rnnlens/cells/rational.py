@@ -131,7 +131,7 @@ class RationalCell(Cell):
         po = rows[2 * n] if self.output_gate else None
         if self.sr.name == "real":
             f = [torch.sigmoid(p) for p in pf]
-            u = [p - fj * p for p, fj in zip(pu, f)]                 # (1 - f) * W_u v
+            u = [torch.addcmul(p, fj, p, value=-1) for p, fj in zip(pu, f)]    # (1 - f) * W_u v
             o = torch.sigmoid(po) if po is not None else None
         else:
             f = [F.logsigmoid(p) for p in pf]
@@ -156,6 +156,10 @@ class RationalCell(Cell):
 
     def _run(self, u, f, mask, s, dtype):
         """The state recurrences from the gates: [B,T,K*H]."""
+        return torch.cat(self._blocks(u, f, mask, s, dtype), -1)
+
+    def _blocks(self, u, f, mask, s, dtype):
+        """The state recurrences from the gates: the K blocks, each [B,T,H]."""
         H, sr = self.hidden_size, self.sr
         s0 = s.view(s.shape[0], self.blocks, H)
         blocks, prev = [], None
@@ -173,7 +177,7 @@ class RationalCell(Cell):
         if self.pattern == "f":
             p1, p2, _ = self._pr(dtype)
             blocks.append(sr.plus(sr.times(p1, blocks[0]), sr.times(p2, blocks[1])))
-        return torch.cat(blocks, -1)
+        return blocks
 
     def step(self, x_t, s):
         """The plain per-step reference, written from Appendix D's equations."""
@@ -193,7 +197,10 @@ class RationalCell(Cell):
         return torch.cat(new, -1)
 
     def _out(self, x, states, mask=None, o=None):
-        c = states[..., (self.blocks - 1) * self.hidden_size:]
+        return self._out_of(x, states[..., (self.blocks - 1) * self.hidden_size:], mask, o)
+
+    def _out_of(self, x, c, mask=None, o=None):
+        """h from the read-out block c [B,T,H]."""
         if self.output_gate:
             # a pad repeats its row's last real output, so it reads that token's gate; before
             # the first real token the output is the start state's, tanh(c_0): gate = one
@@ -211,8 +218,10 @@ class RationalCell(Cell):
         if state is None:
             state = self.initial_state(x.shape[0], x.dtype, x.device)
         u, f, o = self.gates(x)                   # one projection for the scan and the output gate
-        states = self._run(u, f, mask, state, x.dtype)
-        return self._out(x, states, mask, o), states[:, -1]
+        # the blocks stay apart: the output reads the last one, the final state takes each
+        # one's last step (no [B,T,K*H] concatenation, and no zero-filled gradient of it)
+        blocks = self._blocks(u, f, mask, state, x.dtype)
+        return self._out_of(x, blocks[-1], mask, o), torch.cat([b[:, -1] for b in blocks], -1)
 
     def step_loop(self, x, mask=None, state=None):
         if state is None:

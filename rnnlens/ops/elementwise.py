@@ -121,6 +121,13 @@ def elementwise_scan(f: torch.Tensor, u: torch.Tensor, c0: torch.Tensor | None =
         f, u = torch.where(keep, f, sr.one), torch.where(keep, u, sr.zero)   # pads: identity steps
     if T == 0:
         return f.new_empty(B, 0, D)
+    # On a GPU, where triton is installed, one fused kernel per direction replaces the chunked
+    # scan's ~2*sqrt(T) launches (rnnlens.ops.triton_scan; chunk does not apply there).
+    # RNNLENS_TRITON=0 turns it off.
+    if f.is_cuda:
+        from .triton_scan import elementwise_scan_triton, triton_enabled
+        if triton_enabled():
+            return elementwise_scan_triton(f, u, c0, sr)
     L = default_chunk(T) if chunk is None else min(int(chunk), T)
     return _ElementwiseScan.apply(f, u, c0, sr.name, L)
 
