@@ -46,8 +46,8 @@ TORCH = REFERENCES + ("torch.nn.RNN",)     # torch.nn.RNN (tanh): the suite's ya
 # torch.nn.LSTM on the CPU runs oneDNN's fused RNN kernel (mkldnn_rnn_layer). "-aten" runs the
 # same module with oneDNN switched off: ATen's own C++ time loop, which is what a recurrence
 # written as ordinary tensor operations competes with.
-TARGET = {"mvma-g": 1.0, "mvma-l": 1.0,                 # issue 4 (and 9)
-          "rrnn-b": 2.0, "rrnn-c": 2.0, "rrnn-f": 2.0}    # issue 6 at length 35 (3.0 at length 1024)
+TARGET = {"mvma-g": 1.0, "mvma-l": 1.0,
+          "rrnn-b": 2.0, "rrnn-c": 2.0, "rrnn-f": 2.0}    # at length 35 (3.0 at length 1024)
 
 
 def _rss_kb() -> int:

@@ -16,7 +16,7 @@ hidden size and a full softmax:
 - rnnlens lstm: RNNModel with the LSTM cell and no memory block (where the gap comes from).
 Each model runs in its own child process (`--worker`), so its peak memory can be read as
 benchmarks/cells.py reads it (peak RSS growth over the steps; CUDA: the allocator's peak).
-The issue's target: rm >= 0.5x the torch.nn.LSTM model's tokens/s.
+The target: rm >= 0.5x the torch.nn.LSTM model's tokens/s.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ estimate of each method's cost (as timeit recommends):
 - all scores: `ngram_scores`, the same recursion in one preallocated buffer;
 - last token: `scores_ending_at(T-1)`, the reverse recursion r <- r A(x_k), O(T S^2);
 - streamed top-k: `top_ngrams(k=20, max_n=8)`, bounded memory for documents of any length.
-The issue's targets: all scores at most 1.0x the reference's time; last-token scores at
+The targets: all scores at most 1.0x the reference's time; last-token scores at
 least 20x faster than the reference. Writes benchmarks/RESULTS-ngrams.md.
 """
 from __future__ import annotations
@@ -67,7 +67,7 @@ def run(cell_name: str, length: int, hidden: int, repeats: int, device: str = "c
 
 def stream(cell_name: str = "gru", length: int = 10000, hidden: int = 300, k: int = 20, max_n: int = 8,
            device: str = "cpu") -> dict:
-    """Explaining one long document in bounded memory (issue 9, item 3): `top_ngrams` (k, max_n)
+    """Explaining one long document in bounded memory: `top_ngrams` (k, max_n)
     of a random document of `length` tokens through the cell's linear view, float32. Returns
     seconds and the peak memory growth in MB over building the view and the streamed search
     (peak RSS, as benchmarks/cells.py reads it; CUDA: the allocator's peak) -- run it in a
