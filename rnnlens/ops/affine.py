@@ -52,19 +52,22 @@ def _reverse_scan(dstates: torch.Tensor, mask, s0: torch.Tensor, back):
     carries din = dL/d(new state_t) through the update to s_{t-1}.
     Returns (din for every t [B,T,S], dL/ds_0 [B,S])."""
     d_in = torch.empty_like(dstates)
-    delta = torch.zeros_like(s0)
+    delta = None
     for t in range(dstates.shape[1] - 1, -1, -1):
-        delta = delta + dstates[:, t]
-        if mask is None:
-            din, keep = delta, None
+        din = d_in[:, t]                      # written in place: no per-step copy
+        if delta is None:
+            din.copy_(dstates[:, t])
         else:
-            m = mask[:, t, None].to(delta.dtype)
-            din, keep = delta * m, delta * (1 - m)
-        d_in[:, t] = din
+            torch.add(delta, dstates[:, t], out=din)
+        keep = None
+        if mask is not None:
+            m = mask[:, t, None]
+            keep = din.masked_fill(m, 0.0)    # a pad passes its gradient straight on
+            din.masked_fill_(~m, 0.0)
         delta = back(t, din)
         if keep is not None:
             delta = delta + keep
-    return d_in, delta
+    return d_in, (delta if delta is not None else torch.zeros_like(s0))
 
 
 # The backward forms the coefficient and W gradients over blocks of this many rows of the
@@ -102,11 +105,11 @@ class _StructuredScan(torch.autograd.Function):
         with torch.no_grad():
             for t in range(T):
                 u = mm(s, Wt).view(B, K, H)
-                new = u.mul_(coef[:, t].view(B, K, H)).sum(1)
+                new = states[:, t]            # written in place: no per-step copy
+                torch.sum(u.mul_(coef[:, t].view(B, K, H)), 1, out=new)
                 new.addcmul_(diag[:, t], s).add_(g[:, t])
                 if mask is not None:
-                    new = torch.where(mask[:, t, None], new, s)
-                states[:, t] = new
+                    torch.where(mask[:, t, None], new, s, out=new)
                 s = new
         ctx.save_for_backward(W, coef, diag, s0, states)
         ctx.mask = mask
