@@ -15,7 +15,8 @@ T are non-zero and rank S <= 2k (Sec. 11.4.7): Q rotates at most k planes.
   the paper's uniform(-0.05, 0.05) embeddings.
 
 LinearRNN ("any matrix per word", the paper's non-orthogonal baseline): A(x) = reshape(W x
-+ b, n, n), h_t = A(x_t) h_{t-1} from e_0. Initialised as MM is: b = vec(I), W small.
++ b, n, n), h_t = A(x_t) h_{t-1} from e_0. Initialised as MM is: b = vec(I), W small. Its
+scan holds the matrices of a chunk of steps at a time (see the end of this docstring).
 
 The state: s = [h (n); u (1)], S = n + 1, output h = s[:n]. u = 0 marks a sequence that
 has not started, and the start state e_0 enters at the first token:
@@ -43,7 +44,8 @@ no code with either. Gradients of the distinct-row path: a group of equal rows i
 exponential, so its whole gradient lands on the group's first row. Sums over a group --
 what reaches an embedding table or a parameter -- are exact; the split between equal rows
 is not. So in eval mode, when gradients w.r.t. x are being recorded (attribution), every
-position gets its own exponential; in training and under no_grad the distinct-row path runs.
+position gets its own exponential (applied by the action scan below); in training and under
+no_grad the distinct-row path runs, unless most rows are distinct anyway.
 
 Dropout (0.05, one mask per sequence): `recurrent_dropout` (set by the encoder, 0 by
 default, off in eval) draws per sequence one mask on the carried state h_{t-1} (the start
@@ -87,6 +89,27 @@ block exponential of size 8k). Measured by benchmarks/urn.py (1 thread; 3-TURN, 
 batch 512 x 20, dropout 0.05 on the word vectors): 0.125 s per training pass against 0.910
 s with each Q formed (`low_rank_scan = False`), 7.3x; a Dyck epoch of 102,400 strings
 takes ~40 s on one core. The analysis views (linear_view, word_matrix) still form Q.
+
+Action scan (the full URN, and truncations with 4k >= n): where Q would be formed per
+position anyway -- more than a quarter of the positions hold distinct rows (dropout on the
+word vectors gives every (sequence, word) pair its own generator), or eval mode with
+gradients w.r.t. x -- the scan (`_action`) never forms Q: `skew_expm_action` applies
+expm(S_t) to the state by a Chebyshev recurrence in S_t / rho_t, one product of S_t with a
+vector per row and term, rho_t = max over the batch of |v| (a bound of |S_t|_2) and the
+number of terms set by rho_t and the dtype's rounding (9 at rho = 1 in float32, 16 in
+float64). Its backward is written out: as many products again plus one batched outer
+product per step. Values and gradients equal matrix_exp's to rounding, position by position
+(no lumping inside groups of equal rows). Measured by benchmarks/urn.py (1 thread; full URN,
+50 units, batch 512 x 20, dropout 0.05 on the word vectors and the state, a loaded machine):
+0.25 s per training pass against 4.9 s with each Q formed by `skew_matrix_exp`
+(`action_scan = False`); a full-budget Dyck epoch (200 batches) takes under a minute on two
+cores.
+
+LinearRNN's scan (`_LinearRNNScan`) runs the whole sequence in one autograd Function that
+keeps only the vectors p_t it multiplied; once B*T*n^2 passes `matrix_budget` it builds the
+word matrices a chunk of steps at a time and rebuilds each chunk in backward. Every
+position's matrix at once would be B*T*n^2 numbers: 34 GB at batch 32, length 4096, 256
+units. Its references: the step loop over that table (`sequence_scan = False`) and step_loop.
 """
 from __future__ import annotations
 
@@ -94,6 +117,7 @@ import math
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from .base import Cell, DenseView
 
@@ -327,6 +351,188 @@ def skew_ref(v: torch.Tensor, n: int, truncation: int | None = None) -> torch.Te
     return T - T.transpose(1, 2)
 
 
+# --- the action of expm(S) on a vector (the scan where every position has its own S) --------
+def bessel_j(x: float, kmax: int) -> list[float]:
+    """[J_0(x), ..., J_kmax(x)], Bessel functions of the first kind at a real x >= 0, in
+    float64: the power series below x = 1 (no cancellation there), Miller's backward
+    recurrence J_{k-1} = (2k / x) J_k - J_{k+1} from far above max(x, kmax) otherwise,
+    normalised by J_0 + 2 (J_2 + J_4 + ...) = 1. Within ~1e-13 of each value, relatively
+    (tests/test_urn_action.py compares scipy.special.jv)."""
+    if not x >= 0 or kmax < 0:
+        raise ValueError(f"bessel_j needs x >= 0 and kmax >= 0, got x = {x}, kmax = {kmax}")
+    if x < 1.0:
+        out, lead, h2 = [], 1.0, (x / 2) ** 2                  # lead = (x/2)^k / k!
+        for k in range(kmax + 1):
+            term = total = lead
+            m = 0
+            while term != 0 and abs(term) > 1e-17 * abs(total):
+                m += 1
+                term *= -h2 / (m * (m + k))
+                total += term
+            out.append(total)
+            lead *= (x / 2) / (k + 1)
+        return out
+    top = max(kmax, int(x))
+    start = top + int(math.sqrt(160 * top)) + 20
+    start += start % 2
+    vals = [0.0] * (kmax + 1)
+    above, f, norm = 0.0, 1.0, 0.0                            # f_{k+1}, f_k (k = start), sum
+    for k in range(start, 0, -1):
+        if k % 2 == 0:
+            norm += 2 * f
+        if k <= kmax:
+            vals[k] = f
+        above, f = f, (2 * k / x) * f - above
+        if abs(f) > 1e250:                                    # rescale everything held so far
+            above, f, norm = above * 1e-250, f * 1e-250, norm * 1e-250
+            vals = [v * 1e-250 for v in vals]
+    vals[0] = f
+    norm += f
+    return [v / norm for v in vals]
+
+
+def chebyshev_skew_coefficients(rho: float, eps: float) -> list[float]:
+    """[c_0, ..., c_K] with expm(S) p = sum_k c_k t_k + (error <= eps |p|) for every real
+    skew-symmetric S with spectral norm <= rho (the recurrence t_k of `skew_expm_action`):
+    the Jacobi-Anger expansion exp(i rho z) = J_0(rho) + 2 sum_k i^k J_k(rho) T_k(z) at
+    z = -i S / rho, so c_0 = J_0(rho), c_k = 2 J_k(rho). K is the smallest degree whose
+    tail bound sum_{k>K} 2 |J_k(rho)| (1 + k^2 / rho) is <= eps: |T_k| <= 1 bounds the
+    value's error, and |T_k'| <= k^2 on [-1, 1] the gradient's (the error of the Frechet
+    derivative of a function of a normal matrix is bounded by that of the scalar
+    derivative on its spectrum). K is below rho + 12 rho^(1/3) + 5 for float64's eps (16 at
+    rho = 1, 38 at 10) and rho + 8 rho^(1/3) + 3 for float32's (9 at 1, 26 at 10)."""
+    if not rho > 0:
+        return [1.0]
+    kmax = int(rho + 10 * rho ** (1 / 3) + 40)
+    J = bessel_j(rho, kmax)
+    tail, K = 0.0, kmax
+    for k in range(kmax, 0, -1):              # tail = sum over degrees above k - 1
+        tail += 2 * abs(J[k]) * (1 + k * k / rho)
+        if tail > eps:
+            break
+        K = k - 1
+    return [J[0]] + [2 * j for j in J[1: K + 1]]
+
+
+def skew_index(n: int, free: int, device=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Index maps between the free entries v[F] of T (row by row, as `skew_ref`; F = `free`
+    entries, the first rows of the strict upper triangle) and S = T - T^T [n, n], flattened:
+    (gather [n*n] into cat([v, -v, 0]) giving S, upper [F] and lower [F] with
+    S.view(-1)[upper] = v, S.view(-1)[lower] = -v)."""
+    rows, cols = torch.triu_indices(n, n, 1)
+    rows, cols = rows[:free], cols[:free]
+    upper, lower = rows * n + cols, cols * n + rows
+    gather = torch.full((n * n,), 2 * free, dtype=torch.long)
+    gather[upper] = torch.arange(free)
+    gather[lower] = torch.arange(free) + free
+    return gather.to(device), upper.to(device), lower.to(device)
+
+
+def _skew_from(v: torch.Tensor, gather: torch.Tensor, n: int) -> torch.Tensor:
+    """S [B,n,n] from v[B,F] by one gather from [v, -v, 0] (measured faster on the CPU than
+    scattering v)."""
+    B, F = v.shape
+    ext = v.new_empty(B, 2 * F + 1)
+    ext[:, :F] = v
+    torch.neg(v, out=ext[:, F: 2 * F])
+    ext[:, 2 * F] = 0
+    return torch.gather(ext, 1, gather.expand(B, -1)).view(B, n, n)
+
+
+class _SkewExpmAction(torch.autograd.Function):
+    """y = expm(S) p, S = skew(v), by the Chebyshev recurrence of `skew_expm_action`.
+
+    Forward: t_0 = p, t_1 = A p, t_{k+1} = 2 A t_k + t_{k-1} (A = S / rho), y = sum c_k t_k.
+    Backward (reverse mode through the recurrence, A^T = -A): with a_{K+1} = 0,
+    a_K = c_K g, a_k = c_k g + 2 A^T a_{k+1} + a_{k+2} (k >= 1), a_0 = c_0 g + A^T a_1 + a_2,
+
+        dL/dp = a_0,   dL/dS = (a_1 t_0^T + 2 sum_{k=1}^{K-1} a_{k+1} t_k^T) / rho
+
+    -- K more products with S and one bmm of inner size K (the outer products stacked); then
+    dL/dv = dL/dS at T's entries minus at their mirror images. Kept per call: S and the
+    t_k [B, K, n] (rebuilding S in backward was measured slower on the CPU: allocating the
+    gather's buffers again costs more than the gather). Every product with S is taken as a
+    row vector times S ([B,1,n] @ [B,n,n]), measured several times faster on the CPU than
+    S @ p as a column."""
+
+    @staticmethod
+    def forward(ctx, v, p, gather, upper, lower, rho, coeffs):
+        B, n = p.shape
+        S = _skew_from(v, gather, n)
+        K = len(coeffs) - 1
+        ts = [p]
+        if K >= 1:                                   # rows: t^T S = -(S t)^T
+            ts.append(torch.bmm(p[:, None, :], S)[:, 0] * (-1.0 / rho))
+        for _ in range(2, K + 1):
+            ts.append(torch.baddbmm(ts[-2][:, None, :], ts[-1][:, None, :], S, alpha=-2.0 / rho)[:, 0])
+        c = torch.tensor(coeffs, dtype=p.dtype, device=p.device)
+        y = torch.einsum("k,kbn->bn", c, torch.stack(ts)) if K else p * coeffs[0]
+        ctx.rho, ctx.coeffs = rho, coeffs
+        ctx.save_for_backward(S, upper, lower, torch.stack(ts[:K], 1) if K else p.new_zeros(B, 0, n))
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        S, upper, lower, Tm = ctx.saved_tensors
+        rho, c = ctx.rho, ctx.coeffs
+        B, K, n = Tm.shape
+        if K == 0:
+            gv = S.new_zeros(B, upper.shape[0]) if ctx.needs_input_grad[0] else None
+            return gv, g * c[0], None, None, None, None, None
+        a = [None] * (K + 2)                          # a[k]: dL/dt_k
+        a[K + 1] = torch.zeros_like(g)
+        a[K] = g * c[K]
+        for k in range(K - 1, 0, -1):                 # A^T a = (a^T S)^T / rho
+            a[k] = torch.baddbmm((g * c[k] + a[k + 2])[:, None, :], a[k + 1][:, None, :], S,
+                                 alpha=2.0 / rho)[:, 0]
+        gp = torch.baddbmm((g * c[0] + a[2])[:, None, :], a[1][:, None, :], S, alpha=1.0 / rho)[:, 0]
+        gv = None
+        if ctx.needs_input_grad[0]:
+            W = torch.stack([a[1]] + [2 * ak for ak in a[2: K + 1]], 2)       # [B, n, K]
+            GS = torch.bmm(W, Tm).view(B, n * n)
+            gv = (GS.index_select(1, upper) - GS.index_select(1, lower)) / rho
+        return gv, gp, None, None, None, None, None
+
+
+def skew_expm_action(v: torch.Tensor, p: torch.Tensor, rho: float | None = None,
+                     index: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """expm(S) p without forming expm(S): v[B,F] the free entries of T (row by row, as
+    `skew_ref`, F = `triangle_size`(n, k) for some k), S = T - T^T, p[B,n] -> [B,n] in p's
+    dtype. Differentiable in v and p (`_SkewExpmAction`).
+
+    -iS is Hermitian with spectrum in [-rho, rho] for any rho >= |S|_2, and the
+    Chebyshev expansion of exp(i rho z) on [-1, 1] gives expm(S) p = sum_k c_k t_k with
+    t_0 = p, t_1 = S p / rho, t_{k+1} = 2 (S / rho) t_k + t_{k-1}: real, |t_k| <= |p|, and
+    only products of S with one vector per row (`chebyshev_skew_coefficients`: the c_k and
+    the degree K, below rho + 12 rho^(1/3) + 5, set so that the truncation error of the value
+    and of the gradient is below the unit roundoff of p's dtype). rho defaults to the largest
+    |v_b| over the batch, a bound of |S|_2 since |S|_F^2 = 2 |v|^2 and S's eigenvalues come in
+    pairs +-i theta (a floor of 1e-8 keeps the first-order term where v = 0). `index` is
+    `skew_index`(n, F) (built when not given). float16 and bfloat16 run in float32.
+    Reference: `skew_expm_action_ref` (matrix_exp of skew_ref, times p)."""
+    B, n = p.shape
+    F = v.shape[1]
+    if p.dtype in (torch.float16, torch.bfloat16):       # too few digits for the recurrence
+        return skew_expm_action(v.float(), p.float(), rho, index).to(p.dtype)
+    if index is None:
+        index = skew_index(n, F, p.device)
+    if rho is None:
+        rho = float(v.detach().norm(dim=1).max()) if B else 0.0
+    if not math.isfinite(rho):                 # nan or inf in v: a nan result, as matrix_exp's
+        return p * math.nan + (v * 0).sum(1, keepdim=True)
+    rho = max(rho, 1e-8)          # keeps the first-order term, so the gradient at S = 0 is right
+    coeffs = chebyshev_skew_coefficients(rho, torch.finfo(p.dtype).eps / 2)
+    return _SkewExpmAction.apply(v, p, *index, rho, coeffs)
+
+
+def skew_expm_action_ref(v: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Reference for `skew_expm_action`: matrix_exp(skew_ref(v)) applied to p."""
+    n, F = p.shape[1], v.shape[1]
+    k = next(k for k in range(1, n + 1) if triangle_size(n, k) == F)
+    return torch.einsum("bij,bj->bi", matrix_exp(skew_ref(v, n, k)), p)
+
+
 class _WordMatrixCell(Cell):
     """Shared state layout, scan, step and views of cells with one n x n matrix per word
     acting on h (see the module docstring). Subclasses give `_table(x, mask)` (fast: a
@@ -386,14 +592,22 @@ class _WordMatrixCell(Cell):
             drop_x, drop_A, drop_h = self._dropout_masks(B, n, x)
             if drop_x is not None:
                 x = x * drop_x[:, None, :]
+        if not T:
+            return s.new_zeros(B, 0, n + 1), s
+        whole = self._sequence_scan(x, mask, s, drop_A, drop_h)
+        if whole is not None:
+            return whole
         factors = self._factors(x, mask) if drop_A is None else None
-        if factors is None:
+        action = self._action(x, mask) if drop_A is None and factors is None else None
+        if factors is not None:
+            Rs, phis = (f.unbind(1) for f in factors)
+        elif action is not None:
+            vs, rhos = action[0].unbind(1), action[1]
+        else:
             table, idx = self._table(x, mask)
             # Per step, gather from the table (its gradient is index_add'ed into [U,n,n]), or
             # unbind a per-position table once (one stack in backward, not T zero-filled copies).
             steps = table.unbind(1) if idx is None else None
-        else:
-            Rs, phis = (f.unbind(1) for f in factors)
         e0 = self.e0.to(s.dtype)
         h, u = s[:, :n], s[:, n:]
         one = torch.ones_like(u)
@@ -403,11 +617,14 @@ class _WordMatrixCell(Cell):
             p = p + (1 - u) * e0
             if factors is not None:
                 new = lowrank_apply(Rs[t], phis[t], p)
+            elif action is not None:
+                new = skew_expm_action(vs[t], p, rhos[t], self._skew_index)
             else:
                 At = steps[t] if idx is None else table.index_select(0, idx[:, t])
                 if drop_A is not None:
                     At = At * drop_A
-                new = torch.bmm(At, p[:, :, None])[:, :, 0]
+                # A p as the row p^T A^T: measured several times faster on the CPU than A @ p
+                new = torch.bmm(p[:, None, :], At.transpose(1, 2))[:, 0]
             if mask is None:
                 h, u = new, one
             else:
@@ -415,9 +632,17 @@ class _WordMatrixCell(Cell):
                 h, u = torch.where(m, new, h), torch.where(m, one, u)
             hs.append(h)
             us.append(u)
-        if not T:
-            return s.new_zeros(B, 0, n + 1), s
         return torch.cat([torch.stack(hs, 1), torch.stack(us, 1)], -1), torch.cat([h, u], -1)
+
+    def _sequence_scan(self, x, mask, s, drop_A, drop_h):
+        """None, or (states [B,T,n+1], final [B,n+1]) from a scan over the whole sequence
+        that replaces the step loop (x already carries the word-vector dropout)."""
+        return None
+
+    def _action(self, x, mask):
+        """None, or (v [B,T,F], rho: T floats) for `skew_expm_action`: the scan then applies
+        each position's exponential to the state without forming it."""
+        return None
 
     def _factors(self, x, mask):
         """None, or the word matrices of every position in factored form for `lowrank_apply`
@@ -481,6 +706,8 @@ class URN(_WordMatrixCell):
         self.unique_rows = True             # False: always one exponential per position
         self.low_rank_expm = True           # False: the dense n x n exponential even where 4k < n
         self.low_rank_scan = True           # False: form each Q (n x n) for the scan even where 4k < n
+        self.action_scan = True             # False: form each Q for the scan even where (nearly) every
+                                            # position has its own (`_action`)
         if input_size == self.n_free:
             self.proj = None                # the embedding is the triangle
         else:
@@ -490,6 +717,8 @@ class URN(_WordMatrixCell):
         rows, cols = torch.triu_indices(hidden_size, hidden_size, 1)
         self.register_buffer("_rows", rows[: self.n_free].clone(), persistent=False)
         self.register_buffer("_cols", cols[: self.n_free].clone(), persistent=False)
+        for name, index in zip(("gather", "upper", "lower"), skew_index(hidden_size, self.n_free)):
+            self.register_buffer(f"_skew_{name}", index, persistent=False)
 
     def init_embedding(self, embedding: nn.Embedding) -> None:
         """The paper's initialisation (NOTES.md): word vectors uniform in +-0.05 when they are
@@ -562,6 +791,41 @@ class URN(_WordMatrixCell):
         k, n = self.truncation, self.hidden_size
         return R.view(B, T, k, n), phi.view(B, T, 2 * k, 2 * k)
 
+    @property
+    def _skew_index(self):
+        return self._skew_gather, self._skew_upper, self._skew_lower
+
+    def _action(self, x, mask):
+        """The scan's action path: each position's expm(S) applied to the state by
+        `skew_expm_action` (products of S with one vector, Chebyshev terms up to the norm
+        bound rho of each step), never forming Q. It runs where Q would be formed per
+        position anyway: in eval mode with gradients w.r.t. x (attribution), or when more
+        than a quarter of the positions hold distinct rows (`_many_distinct`; dropout on the
+        word vectors gives every (sequence, word) pair its own Q). It is off with
+        unique_rows = False (the per-position reference), action_scan = False, or on the
+        truncated low-rank path (`_factors`, cheaper still)."""
+        if not (self.action_scan and self.unique_rows) or self._low_rank():
+            return None
+        x, group = self._prepare(x, mask)
+        if group and not self._many_distinct(x):
+            return None
+        v = self.triangle(x)
+        # |S|_2 <= |v| (the module docstring of skew_expm_action): one bound per step, the
+        # largest over the batch, taken for all steps at once (a single device sync)
+        rho = v.detach().norm(dim=-1).amax(0).tolist()
+        return v, rho
+
+    @staticmethod
+    def _many_distinct(x: torch.Tensor) -> bool:
+        """Whether x[B,T,E] has more than B*T / 4 distinct rows, counted by one dot product
+        with a fixed random probe (an estimate -- equal keys of different rows are rare -- that
+        only picks the faster path; both give the same values)."""
+        B, T, E = x.shape
+        g = torch.Generator().manual_seed(12345)
+        probe = torch.randn(E, generator=g, dtype=torch.float64).to(device=x.device, dtype=x.dtype)
+        keys = x.detach().reshape(B * T, E) @ probe
+        return 4 * torch.unique(keys).numel() > B * T
+
     def _unique(self, x):
         """x[B,T,E] -> (Q [U,n,n] of the U distinct rows, idx [B,T])."""
         B, T, E = x.shape
@@ -587,11 +851,103 @@ class URN(_WordMatrixCell):
         return f"{self.input_size}, {self.hidden_size}{trunc}"
 
 
+class _LinearRNNScan(torch.autograd.Function):
+    """The linear RNN's masked scan over a whole sequence, never holding more than a chunk of
+    its word matrices:
+
+        p_t = d * h_{t-1} + start_t e_0,   h_t = A_t p_t if mask_t else h_{t-1},
+        A_t = reshape(W x_t + b, n, n) (* M, the matrix dropout mask, if given)
+
+    x[B,T,E], weight W [n*n, E], bias b [n*n], h0 [B,n], start [B,T], d [B,n] or None,
+    M [B,n,n] or None, mask [B,T] bool or None -> H [B,T,n]. Forward builds the A_t of
+    `chunk` steps at a time (one GEMM [B*C, E] x [E, n*n]) and keeps the p_t. Backward runs
+    the steps in reverse: dL/dp_t = A_t^T a_t (a_t the gradient reaching A_t p_t), then for
+    the chunk at once G_t = a_t p_t^T (* M) and dL/dW += G^T X, dL/db += sum G, dL/dx = G W
+    (two GEMMs of inner size B*C). With chunk >= T the matrices are kept from forward (one
+    chunk); otherwise each chunk's are rebuilt in backward (one GEMM more, a third of the
+    work): memory O(B T n + B C n^2) instead of the B T n^2 of every position's matrix. d
+    and M are constants (dropout masks): no gradient reaches them."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, h0, start, d, M, mask, chunk):
+        B, T, _ = x.shape
+        n = h0.shape[1]
+        H, P = x.new_empty(B, T, n), x.new_empty(B, T, n)
+        h = h0
+        A = None
+        for t0 in range(0, T, chunk):
+            A = _LinearRNNScan.matrices(x[:, t0: t0 + chunk], weight, bias, M)
+            for j in range(A.shape[1]):
+                t = t0 + j
+                p = h * d if d is not None else h.clone()
+                p[:, 0] += start[:, t]
+                P[:, t] = p
+                new = torch.bmm(p[:, None, :], A[:, j].transpose(1, 2))[:, 0]      # A p, as a row
+                h = new if mask is None else torch.where(mask[:, t, None], new, h)
+                H[:, t] = h
+        ctx.chunk = chunk
+        ctx.save_for_backward(x, weight, bias, d, M, mask, P, A if chunk >= T else None)
+        return H
+
+    @staticmethod
+    def matrices(xc, weight, bias, M):
+        """A_t of a chunk xc[B,C,E]: [B,C,n,n]."""
+        B, C, E = xc.shape
+        n = math.isqrt(bias.shape[0])
+        A = torch.addmm(bias, xc.reshape(B * C, E), weight.t()).view(B, C, n, n)
+        return A if M is None else A * M[:, None]
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gH):
+        x, weight, bias, d, M, mask, P, kept = ctx.saved_tensors
+        B, T, E = x.shape
+        n = P.shape[2]
+        need_x, need_w, need_b, need_h0, need_start = ctx.needs_input_grad[:5]
+        gx = torch.zeros_like(x) if need_x else None
+        gw = torch.zeros_like(weight) if need_w else None
+        gb = torch.zeros_like(bias) if need_b else None
+        gstart = x.new_zeros(B, T) if need_start else None
+        gh = gH.new_zeros(B, n)                       # dL/dh_t, carried backwards
+        starts = list(range(0, T, ctx.chunk))
+        for t0 in reversed(starts):
+            xc = x[:, t0: t0 + ctx.chunk]
+            A = kept if kept is not None else _LinearRNNScan.matrices(xc, weight, bias, M)
+            C = A.shape[1]
+            a = gH.new_empty(B, C, n)
+            for j in range(C - 1, -1, -1):
+                t = t0 + j
+                gh = gh + gH[:, t]
+                if mask is None:
+                    a[:, j], gh = gh, torch.zeros_like(gh)
+                else:
+                    m = mask[:, t, None]
+                    a[:, j], gh = gh.masked_fill(~m, 0), gh.masked_fill(m, 0)
+                gp = torch.bmm(a[:, j, None, :], A[:, j])[:, 0]                     # A^T a
+                if need_start:
+                    gstart[:, t] = gp[:, 0]
+                gh = gh + (gp * d if d is not None else gp)
+            if need_x or need_w or need_b:
+                G = torch.bmm(a.reshape(B * C, n, 1), P[:, t0: t0 + C].reshape(B * C, 1, n))
+                if M is not None:
+                    G = (G.view(B, C, n, n) * M[:, None]).view(B * C, n, n)
+                G = G.view(B * C, n * n)
+                if need_w:
+                    gw.addmm_(G.t(), xc.reshape(B * C, E))
+                if need_b:
+                    gb += G.sum(0)
+                if need_x:
+                    gx[:, t0: t0 + C] = (G @ weight).view(B, C, E)
+        return gx, gw, gb, (gh if need_h0 else None), gstart, None, None, None, None
+
+
 class LinearRNN(_WordMatrixCell):
     """Any matrix per word (the paper's unconstrained baseline, Fig. 11.5):
     A(x) = reshape(W x + b, n, n), h_t = A(x_t) h_{t-1} from e_0, no activation.
     x[B,T,E] -> out[B,T,n], state [B,n+1]. Initialised as MM: b = vec(I), W ~ N(0, (0.1 /
-    sqrt(E n))^2), so A(x) starts near the identity for unit-variance inputs."""
+    sqrt(E n))^2), so A(x) starts near the identity for unit-variance inputs. The scan is one
+    `_LinearRNNScan` (settings: sequence_scan, matrix_budget, matrix_chunk; the module
+    docstring)."""
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__(input_size, hidden_size)
@@ -600,9 +956,33 @@ class LinearRNN(_WordMatrixCell):
         with torch.no_grad():
             nn.init.normal_(self.W.weight, std=0.1 / math.sqrt(input_size * n))
             self.W.bias.copy_(torch.eye(n).reshape(-1))
+        self.sequence_scan = True           # False: the step loop over every position's matrix
+        # word-matrix entries (B*T*n*n) the scan may hold for backward; above it, chunks of
+        # matrix_chunk entries (or one step), rebuilt in backward (`_LinearRNNScan`)
+        self.matrix_budget, self.matrix_chunk = 1 << 27, 1 << 24
 
     def _table(self, x, mask):
         return self.W(x).view(*x.shape[:-1], self.hidden_size, self.hidden_size), None
+
+    def _sequence_scan(self, x, mask, s, drop_A, drop_h):
+        """The whole scan as one `_LinearRNNScan` (unless sequence_scan is False: then the
+        step loop over the table of every position's matrix, its reference with
+        `step_loop`). The started flag u is bookkept here, outside: u_t = 1 once a real
+        token has been read, else u_0, and p_t gets (1 - u_{t-1}) e_0."""
+        if not self.sequence_scan:
+            return None
+        B, T, _ = x.shape
+        n = self.hidden_size
+        h0, u0 = s[:, :n], s[:, n:]
+        started = torch.ones(B, T, 1, dtype=torch.bool, device=x.device) if mask is None \
+            else (mask.cumsum(1) > 0)[..., None]
+        us = torch.where(started, torch.ones_like(u0)[:, None], u0[:, None])           # u_t  [B,T,1]
+        start = 1 - torch.cat([u0[:, None], us[:, :-1]], 1)[..., 0]                    # 1 - u_{t-1}
+        entries = B * T * n * n
+        chunk = T if entries <= self.matrix_budget else max(1, self.matrix_chunk // (B * n * n))
+        H = _LinearRNNScan.apply(x, self.W.weight, self.W.bias, h0, start.to(x.dtype), drop_h, drop_A,
+                                 mask, chunk)
+        return torch.cat([H, us], -1), torch.cat([H[:, -1], us[:, -1]], -1)
 
     def _matrix_ref(self, x_t):
         n = self.hidden_size
