@@ -3,13 +3,16 @@
     python -m benchmarks.cells                 # every cell of rnnlens.cells.CELLS, 2 threads
     python -m benchmarks.cells --cells gru mvma-g --out /tmp/r.md
     python -m benchmarks.cells --device cuda --out benchmarks/RESULTS-cells-cuda.md
+    python -m benchmarks.cells --cells gru mvma-g --precision bf16 --out /tmp/r-bf16.md
 
 What is timed: forward + backward of the cell alone (no embedding, no head) on an input
 x[B,T,E] = [32, 35, 256] float32 with requires_grad, hidden size 256, loss = out.sum(); the
 gradients of the parameters and of x are computed (as in training, where x comes from an
 embedding). torch.nn.LSTM / GRU run the same input with batch_first=True. One repeat is
 `--steps` forward+backward passes (default 1); tokens/s = B*T*steps / seconds; the median of
-`--repeats` (5) repeats is reported after `--warmup` (2) untimed passes.
+`--repeats` (5) repeats is reported after `--warmup` (2) untimed passes. With `--precision bf16`
+the forward runs under torch.autocast(device type, bfloat16), as `rnnlens train --precision
+bf16` runs it; the input and the parameters stay float32 and the backward runs outside it.
 
 Each cell runs in its own child process (the same Python, the same thread count), so that
 its peak memory can be read: `resource.getrusage(RUSAGE_SELF).ru_maxrss` at the end minus
@@ -94,11 +97,14 @@ def worker(args) -> dict:
     x = torch.randn(args.batch, args.length, args.size, device=device, requires_grad=True)
     params = [p for p in module.parameters() if p.requires_grad]
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+    bf16 = getattr(args, "precision", "float32") == "bf16"
 
     def step():
         for p in (*params, x):
             p.grad = None
-        run(x).sum().backward()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            y = run(x)
+        y.sum().backward()
 
     rss0 = _rss_kb()
     if cuda:
@@ -131,7 +137,7 @@ def run_child(name: str, args) -> dict:
     cmd = [sys.executable, "-m", "benchmarks.cells", "--worker", name,
            "--threads", str(args.threads), "--repeats", str(args.repeats), "--warmup", str(args.warmup),
            "--steps", str(args.steps), "--batch", str(args.batch), "--length", str(args.length),
-           "--size", str(args.size), "--device", args.device]
+           "--size", str(args.size), "--device", args.device, "--precision", args.precision]
     if getattr(args, "checkpoint_chunk", None):
         cmd += ["--checkpoint-chunk", str(args.checkpoint_chunk)]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -184,7 +190,8 @@ def report(rows: list[dict], args, started: str, seconds: float, load: tuple[flo
         f"- python {platform.python_version()}, torch {torch.__version__}, torch threads {args.threads}, "
         f"device {args.device}" + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else ""),
         f"- setting: input [{args.batch}, {args.length}, {args.size}] float32 (requires_grad), hidden {args.size}, "
-        f"forward + backward of the cell alone, loss = out.sum(); median of {args.repeats} repeats of "
+        + ("forward under bfloat16 autocast, " if args.precision == "bf16" else "")
+        + f"forward + backward of the cell alone, loss = out.sum(); median of {args.repeats} repeats of "
         f"{args.steps} pass(es) after {args.warmup} warm-up passes; each cell in its own process",
         f"- 1-minute load average: {load[0]:.2f} before, {load[1]:.2f} after the run "
         f"({os.cpu_count()} CPUs; the benchmark itself adds about {args.threads})"
@@ -216,6 +223,8 @@ def main(argv=None) -> int:
     p.add_argument("--length", type=int, default=35)
     p.add_argument("--size", type=int, default=256, help="input and hidden size")
     p.add_argument("--device", default="cpu", help="cpu or cuda (peak MB from the CUDA allocator there)")
+    p.add_argument("--precision", choices=("float32", "bf16"), default="float32",
+                   help="bf16: the forward under torch.autocast to bfloat16 (parameters and input stay float32)")
     p.add_argument("--checkpoint-chunk", type=int, default=None,
                    help="run each cell through gradient checkpointing over chunks of this many steps")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS-cells.md"), help="markdown file to write")

@@ -59,6 +59,7 @@ LONG_TARGETS = {"rrnn-b": 3.0, "rrnn-c": 3.0, "rrnn-f": 3.0}          # at lengt
 OWN_TARGETS = {"elman": "torch.nn.RNN", "gru": "torch.nn.GRU", "lstm": "torch.nn.LSTM"}   # >= 0.95x
 URN_TARGET, RM_TARGET, OWN_TARGET, MEMORY_TARGET, OTHER_TARGET = 1.0, 0.5, 0.95, 1.5, 0.5
 TORCH = ("torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN", "torch.nn.LSTM-aten")
+PROBE = 512          # the memory probe's length for cells whose length-35 run extrapolates past the budget
 CHECKPOINTED = ("gru", "mvma-l")        # the memory rows with model.checkpoint_chunk (one within 1.5x, one not)
 
 
@@ -293,6 +294,15 @@ def _memory(cells, s, speed_rows, budget_gb, quick, run) -> list[dict]:
         r = by.get(name)
         if r is not None and not quick:       # extrapolate the length-35 run before committing to T
             est_gb, est_s = r["peak_mb"] * scale / 1024, B * T / r["tokens_per_s"] * (2 if chunk else 1)
+            if chunk is None and est_gb > budget_gb and r["peak_mb"] * (PROBE / s["length"]) / 1024 <= budget_gb:
+                # a cell that works in chunks past some size grows slower than linearly: probe it
+                # at PROBE steps and extrapolate the line through the two points instead
+                probe = run([_cells_job(name, PROBE, s, None, batch=B, repeats=1, warmup=0)],
+                            f"memory probe, length {PROBE}: {name}")[0]
+                if "peak_mb" in probe:
+                    p35 = r["peak_mb"] * B / s["batch"]
+                    slope = max(0.0, (probe["peak_mb"] - p35) / (PROBE - s["length"]))
+                    est_gb = (probe["peak_mb"] + slope * (T - PROBE)) / 1024
             if chunk is None and (est_gb > budget_gb or est_s > 300):
                 rows.append({"cell": name, "skipped": f"not run: the length-{s['length']} run extrapolates to "
                              f"{est_gb:.1f} GB and {est_s:.0f} s (budget {budget_gb:.1f} GB, 300 s)",

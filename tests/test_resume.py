@@ -271,3 +271,18 @@ def test_resume_refuses_changed_training_data(tmp_path, capsys, monkeypatch):
     code, _, err = run_main(capsys, "train", "--resume", str(out))
     assert code == 2 and "the training data differ" in err and len(err.strip().splitlines()) == 1
     assert partial_dir(out).is_dir()
+
+
+def test_a_setting_saved_before_it_existed_reads_as_its_default():
+    """A run saved before a setting was added (its config.json lacks the key) matches a config
+    that has the default there, and differs from one that does not."""
+    import copy
+
+    from rnnlens.train.config import Config
+    from rnnlens.train.resume import config_differences
+    new = Config().to_dict()
+    saved = copy.deepcopy(new)
+    del saved["train"]["precision"]
+    assert config_differences(saved, new) == []
+    new["train"]["precision"] = "bf16"
+    assert config_differences(saved, new) == ["train.precision ('float32' -> 'bf16')"]

@@ -4,6 +4,12 @@ first-order linear views (implicit-ngrams paper, Table 2 and Appendix F, with bi
 Parameters are stored exactly as torch.nn.RNN/GRU/LSTM store them (weight_ih [G*H, E],
 weight_hh [G*H, H], bias_ih, bias_hh; gate order r,z,n for GRU and i,f,g,o for LSTM), so
 `from_torch` is a copy and outputs agree with torch's fused kernels.
+
+Under torch.autocast (bfloat16, float16) the state stays float32 (ops/precision.py): the
+Python loop runs its matrix products in the autocast dtype and forms gates and state from
+them in float32; torch's fused kernels run in float32 with autocast off, because under
+autocast they would carry the state in the lower precision (on the CPU the LSTM's cell
+state: at 1.0 it no longer takes increments of 1e-3).
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from torch.autograd.function import once_differentiable
 
 from ..errors import RnnlensError
 from ..ops.linear import linear
+from ..ops.precision import autocast_dtype, full_precision, no_autocast
 from .base import Cell, LinearView, StructuredView, hold_at_pads
 
 
@@ -51,8 +58,15 @@ class _Classic(Cell):
         return linear(x, self.weight_ih, self.bias_ih)
 
     def _scan(self, x, mask, s):
-        P = self._project(x)
+        # under autocast the products are bfloat16/float16; gates and state are float32
+        s = full_precision(s)
+        P = full_precision(self._project(x))
         Wt = self.weight_hh.T
+        # Under autocast b_hh is added in float32 after the product: inside addmm autocast
+        # would cast it once (it caches a leaf's cast) and sum its T per-step gradients in
+        # bfloat16, up to 13% off over 512 steps. (W_hh.T is a view: cast, and its gradient
+        # taken back to float32, at every step.)
+        autocast = autocast_dtype(x.device.type) is not None
         drop = None
         if self.training and self.recurrent_dropout > 0:
             keep = 1.0 - self.recurrent_dropout
@@ -63,7 +77,11 @@ class _Classic(Cell):
             r = self._recurrent_input(s)
             if drop is not None:
                 r = r * drop
-            new = self._update(steps[t], torch.addmm(self.bias_hh, r, Wt), s)
+            if autocast:
+                p_h = full_precision(torch.mm(r, Wt)) + self.bias_hh
+            else:
+                p_h = torch.addmm(self.bias_hh, r, Wt)
+            new = self._update(steps[t], p_h, s)
             s = new if mask is None else torch.where(mask[:, t, None], new, s)
             outs.append(s)
         return torch.stack(outs, 1), s
@@ -113,6 +131,10 @@ class _Classic(Cell):
         H = self.hidden_size
         if s is None:
             s = self.initial_state(B, x.dtype, x.device)
+        # autocast: the kernel in float32 with autocast off (it would keep its state in bf16)
+        autocast = autocast_dtype(x.device.type) is not None
+        if autocast:
+            x, s = full_precision(x), full_precision(s)
         lstm = self.state_size == 2 * H
         hx = (s[None, :, H:].contiguous(), s[None, :, :H].contiguous()) if lstm else s[None].contiguous()
         weights = [self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh]
@@ -123,7 +145,8 @@ class _Classic(Cell):
         # cuDNN's backward refuses eval mode (captum attributes through eval-mode models):
         # there ATen's own CUDA loop runs instead
         no_cudnn = x.is_cuda and not self.training and torch.is_grad_enabled()
-        with torch.backends.cudnn.flags(enabled=False) if no_cudnn else contextlib.nullcontext():
+        with torch.backends.cudnn.flags(enabled=False) if no_cudnn else contextlib.nullcontext(), \
+                no_autocast(x.device.type) if autocast else contextlib.nullcontext():
             if lengths is None:
                 res = kernel(x, hx, weights, True, 1, 0.0, self.training, False, True)
                 out = res[0]
@@ -189,7 +212,7 @@ class Elman(_Classic):
 
     def _linear_view(self, x, mask=None) -> LinearView:
         """g = act(p), A = diag(act'(p)) W_hh with p = W_ih x + b_ih + b_hh."""
-        p = self._project(x) + self.bias_hh
+        p = full_precision(self._project(x)) + self.bias_hh
         g = self._act(p)
         d = 1 - g * g if self.nonlinearity == "tanh" else (p > 0).to(p.dtype)
         return StructuredView(g, mask, self.weight_hh, d)
@@ -233,7 +256,7 @@ class GRU(_Classic):
           A = diag(a_r) W_hr + diag(a_z) W_hz + diag(a_n) W_hn + diag(z0)
           a_n = (1 - z0)(1 - n0^2) r0,  a_r = (1 - z0)(1 - n0^2) b_hn r0 (1 - r0),
           a_z = -n0 z0 (1 - z0)."""
-        xr, xz, xn = self._project(x).chunk(3, -1)
+        xr, xz, xn = full_precision(self._project(x)).chunk(3, -1)
         b_hr, b_hz, b_hn = self.bias_hh.chunk(3)
         r0 = torch.sigmoid(xr + b_hr)
         z0 = torch.sigmoid(xz + b_hz)
@@ -355,8 +378,9 @@ def _lstm_terms_backward(z, dz, dg, df, dai, dag, dao, dk):
 def lstm_view_terms(z: torch.Tensor):
     """(g_view [..., 2H], f, a_i, a_g, a_o, k) of the LSTM's first-order view from its
     pre-activations z [..., 4H] (see lstm_view_terms_ref, the reference it must equal,
-    values and gradients); differentiable once."""
-    return _LSTMViewTerms.apply(z)
+    values and gradients); differentiable once. A bfloat16/float16 z (autocast) is taken in
+    float32: the terms are gates and coefficients of the recurrence."""
+    return _LSTMViewTerms.apply(full_precision(z))
 
 
 class LSTMView(LinearView):

@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..ops.affine import affine_scan, lstm_scan, structured_scan
 from ..ops.linear import linear
+from ..ops.precision import full_precision
 from .base import Cell, LinearView, StructuredView
 from .classic import CLASSIC, LSTMView
 
@@ -194,8 +195,10 @@ class MVMAME(AffineCell):
         return [(self, "M")]
 
     def _view(self, x, mask):
-        a = 0.25 * torch.tanh(linear(x, self.W.weight, self.W.bias))
-        return StructuredView(torch.tanh(linear(x, self.W_g.weight, self.W_g.bias)), mask, self.M, a, diag=torch.full_like(a, 0.5), exact=True)
+        # full_precision: under autocast the products are bfloat16; the view's terms are float32
+        a = 0.25 * torch.tanh(full_precision(linear(x, self.W.weight, self.W.bias)))
+        g = torch.tanh(full_precision(linear(x, self.W_g.weight, self.W_g.bias)))
+        return StructuredView(g, mask, self.M, a, diag=torch.full_like(a, 0.5), exact=True)
 
     def matrices(self, x):
         H = self.hidden_size
@@ -225,7 +228,8 @@ class _TorchLayout(AffineCell):
             nn.init.uniform_(p, -k, k)
 
     def _x(self, x):
-        return linear(x, self.weight_ih, self.bias_ih).chunk(self.gates, -1)
+        # float32 under autocast too: A's coefficients and g are formed from these
+        return full_precision(linear(x, self.weight_ih, self.bias_ih)).chunk(self.gates, -1)
 
 
 class GRUApprox(_TorchLayout):

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.linear import linear
+from ..ops.precision import full_precision
 from ..ops.semiring import get_semiring
 from .base import Cell, LinearView, hold_at_pads
 
@@ -125,7 +126,8 @@ class RationalCell(Cell):
         unbind, whose backward stacks the gradients once (slicing would zero-fill and copy a
         full-size gradient per slice)."""
         n = self.n
-        P = linear(x, self.weight, self.bias * self.bias_mask)
+        # float32 under autocast too: a forget gate near 1 needs more than bfloat16's 8 bits
+        P = full_precision(linear(x, self.weight, self.bias * self.bias_mask))
         rows = P.view(*x.shape[:-1], -1, self.hidden_size).unbind(-2)
         pu, pf = rows[0: 2 * n: 2], rows[1: 2 * n: 2]
         po = rows[2 * n] if self.output_gate else None

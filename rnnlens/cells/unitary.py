@@ -119,6 +119,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from ..ops.precision import full_precision, no_autocast, no_autocast_backward
 from .base import Cell, DenseView
 
 
@@ -473,6 +474,7 @@ class _SkewExpmAction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @no_autocast_backward
     def backward(ctx, g):
         S, upper, lower, Tm = ctx.saved_tensors
         rho, c = ctx.rho, ctx.coeffs
@@ -585,6 +587,13 @@ class _WordMatrixCell(Cell):
 
     # --- fast path ---------------------------------------------------------------
     def _scan(self, x, mask, s):
+        # Under autocast the words' matrices and the state stay float32 (ops/precision.py):
+        # a state rotated or multiplied in bfloat16 at every step drifts within a few hundred
+        # steps; the cell's products are small, so it runs wholly in float32 there.
+        with no_autocast(x.device.type):
+            return self._scan_full(full_precision(x), mask, full_precision(s))
+
+    def _scan_full(self, x, mask, s):
         B, T, _ = x.shape
         n = self.hidden_size
         drop_A = drop_h = None
@@ -899,6 +908,7 @@ class _LinearRNNScan(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @no_autocast_backward
     def backward(ctx, gH):
         x, weight, bias, d, M, mask, P, kept = ctx.saved_tensors
         B, T, E = x.shape

@@ -7,6 +7,11 @@ built. `affine_scan_ref` is the plain reference written like the paper's equatio
 (implicit-ngrams eq. 8): it builds the dense A(x_t) of every step and multiplies. It never
 calls the fast path. Both return states [B,T,S] and the final state [B,S]; pad positions
 (mask False) keep the previous state. Gradients flow through both.
+
+Under torch.autocast (bfloat16 or float16) the fast paths carry the state in float32: the
+fused scans take every input in float32 and run with autocast off, forward and backward, and
+`affine_scan` adds each step's product to a float32 g (see ops/precision.py). The gradients
+come back in the inputs' own dtypes.
 """
 from __future__ import annotations
 
@@ -14,12 +19,16 @@ import torch
 
 from ..cells.base import LinearView
 from .linear import mm, mm_t
+from .precision import full_precision, no_autocast, no_autocast_backward
 
 
 def affine_scan(view: LinearView, s0: torch.Tensor | None = None,
                 clamp: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Fast path. s0 [B,S] (default: view.h0 or zeros). clamp bounds every state element to
-    (-clamp, clamp) after each step (the sequence-level paper's A.4 option)."""
+    (-clamp, clamp) after each step (the sequence-level paper's A.4 option). A bfloat16 or
+    float16 view.g (autocast) is replaced by its float32 copy, and s0 taken in float32, so
+    the state accumulates in float32 while A's products may run in the lower precision."""
+    view.g, s0 = full_precision(view.g), full_precision(s0 if s0 is not None else view.h0)
     B, T, S = view.g.shape
     s = s0 if s0 is not None else (view.h0 if view.h0 is not None else view.g.new_zeros(B, S))
     out = []
@@ -116,6 +125,7 @@ class _StructuredScan(torch.autograd.Function):
         return states
 
     @staticmethod
+    @no_autocast_backward
     def backward(ctx, dstates):
         W, coef, diag, s0, states = ctx.saved_tensors
         mask = ctx.mask
@@ -146,12 +156,15 @@ def structured_scan(g: torch.Tensor, W: torch.Tensor, coef: torch.Tensor, diag: 
                     s0: torch.Tensor, mask: torch.Tensor | None = None):
     """Fused fast path for StructuredView recurrences (Elman/GRU-type A, MVMA-ME, the
     approximate GRUs, VA-EW). g[B,T,H], W[K*H,H], coef[B,T,K*H], diag[B,T,H] or None,
-    s0[B,H] -> (states[B,T,H], final[B,H]). Matches affine_scan and affine_scan_ref."""
+    s0[B,H] -> (states[B,T,H], final[B,H]). Matches affine_scan and affine_scan_ref.
+    bfloat16/float16 inputs (autocast) are taken in float32, and the scan runs with autocast off."""
+    g, W, coef, diag, s0 = (full_precision(t) for t in (g, W, coef, diag, s0))
     if diag is None:
         diag = torch.zeros_like(g)
     if mask is not None:
         g = g * mask[..., None].to(g.dtype)
-    states = _StructuredScan.apply(g, W, coef, diag, s0, mask)
+    with no_autocast(g.device.type):
+        states = _StructuredScan.apply(g, W, coef, diag, s0, mask)
     return states, states[:, -1]
 
 
@@ -193,6 +206,7 @@ class _LSTMBlockScan(torch.autograd.Function):
         return states
 
     @staticmethod
+    @no_autocast_backward
     def backward(ctx, dstates):
         W, f, a_i, a_g, a_o, k, a_f, s0, states = ctx.saved_tensors
         mask = ctx.mask
@@ -249,8 +263,11 @@ def lstm_block_scan(view, s0: torch.Tensor, mask: torch.Tensor | None = None):
 
 def lstm_scan(g, W, f, a_i, a_g, a_o, k, a_f, s0, mask=None):
     """lstm_block_scan on the view's tensors: W [K*H,H] holds the blocks (i, [f,] g, o) that
-    act (K = 3 without a_f, 4 with it). -> (states[B,T,2H], final[B,2H])."""
+    act (K = 3 without a_f, 4 with it). -> (states[B,T,2H], final[B,2H]). bfloat16/float16
+    inputs (autocast) are taken in float32, and the scan runs with autocast off."""
+    g, W, f, a_i, a_g, a_o, k, a_f, s0 = (full_precision(t) for t in (g, W, f, a_i, a_g, a_o, k, a_f, s0))
     if mask is not None:
         g = g * mask[..., None].to(g.dtype)
-    states = _LSTMBlockScan.apply(g, W, f, a_i, a_g, a_o, k, a_f, s0, mask)
+    with no_autocast(g.device.type):
+        states = _LSTMBlockScan.apply(g, W, f, a_i, a_g, a_o, k, a_f, s0, mask)
     return states, states[:, -1]

@@ -68,6 +68,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ..errors import RnnlensError
+from .precision import LOW_PRECISION, no_autocast, no_autocast_backward
 from .semiring import Semiring, get_semiring
 
 
@@ -102,11 +103,15 @@ def elementwise_scan(f: torch.Tensor, u: torch.Tensor, c0: torch.Tensor | None =
     scan of the module docstring, with its own backward. f, u [B,T,D] (broadcastable),
     c0 [B,D] or [D] or None (the semiring's zero), mask [B,T] bool or None, chunk = L
     (default_chunk(T) if None) -> c [B,T,D]. Differentiable in f, u and c0 (once: the
-    backward is not itself differentiable). Device- and dtype-agnostic (float32/64)."""
+    backward is not itself differentiable). Device- and dtype-agnostic (float32/64); bfloat16
+    and float16 inputs (autocast) are taken in float32, so the state accumulates in float32,
+    and the scan runs with autocast off."""
     sr = get_semiring(semiring)
     if not (f.is_floating_point() and u.is_floating_point()):
         raise RnnlensError(f"f and u must be floating point, got {f.dtype} and {u.dtype}")
     dtype = torch.promote_types(f.dtype, u.dtype)
+    if dtype in LOW_PRECISION:
+        dtype = torch.float32
     f, u = torch.broadcast_tensors(f.to(dtype), u.to(dtype))
     if f.dim() != 3:
         raise RnnlensError(f"f and u must broadcast to [B,T,D], got shape {tuple(f.shape)}")
@@ -124,12 +129,13 @@ def elementwise_scan(f: torch.Tensor, u: torch.Tensor, c0: torch.Tensor | None =
     # On a GPU, where triton is installed, one fused kernel per direction replaces the chunked
     # scan's ~2*sqrt(T) launches (rnnlens.ops.triton_scan; chunk does not apply there).
     # RNNLENS_TRITON=0 turns it off.
-    if f.is_cuda:
-        from .triton_scan import elementwise_scan_triton, triton_enabled
-        if triton_enabled():
-            return elementwise_scan_triton(f, u, c0, sr)
-    L = default_chunk(T) if chunk is None else min(int(chunk), T)
-    return _ElementwiseScan.apply(f, u, c0, sr.name, L)
+    with no_autocast(f.device.type):
+        if f.is_cuda:
+            from .triton_scan import elementwise_scan_triton, triton_enabled
+            if triton_enabled():
+                return elementwise_scan_triton(f, u, c0, sr)
+        L = default_chunk(T) if chunk is None else min(int(chunk), T)
+        return _ElementwiseScan.apply(f, u, c0, sr.name, L)
 
 
 class _ElementwiseScan(torch.autograd.Function):
@@ -145,6 +151,7 @@ class _ElementwiseScan(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @no_autocast_backward
     def backward(ctx, dc):
         f, u, c0, c = ctx.saved_tensors
         name = ctx.name

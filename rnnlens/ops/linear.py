@@ -17,12 +17,21 @@ matmul), a torch built without oneDNN, empty operands, or inputs that need grad 
 `mm`. The
 reference is torch's own product; tests/test_linear.py compares values and gradients.
 `set_enabled(False)` (or RNNLENS_ONEDNN=0 in the environment) turns the oneDNN route off.
+
+Under torch.autocast with a lower-precision dtype (bfloat16, float16) `linear` is
+torch.nn.functional.linear, so it computes and returns what F.linear does there (bfloat16
+from float32 inputs; float64 inputs stay float64). In bfloat16 torch's own product already
+runs oneDNN's bfloat16 matmul on the CPU, so the route above has nothing to add; see
+rnnlens/ops/precision.py for what the cells do with the lower-precision result. `mm` and
+`mm_t` do not autocast: the fused scans call them in float32 with autocast off.
 """
 from __future__ import annotations
 
 import os
 
 import torch
+
+from .precision import LOW_PRECISION, autocast_dtype
 
 _enabled = os.environ.get("RNNLENS_ONEDNN", "1") not in ("0", "false", "no")
 _op = None
@@ -90,8 +99,9 @@ class _Linear(torch.autograd.Function):
 
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     """x[..., K] @ w[N,K]^T + b[N] -> [..., N], as torch.nn.functional.linear, differentiable;
-    oneDNN for the forward and both backward products where it applies."""
-    if not onednn_applies(x, w):
+    oneDNN for the forward and both backward products where it applies. Under autocast to
+    bfloat16 or float16 it is F.linear, which autocast runs in that dtype."""
+    if not onednn_applies(x, w) or autocast_dtype(x.device.type) in LOW_PRECISION:
         return torch.nn.functional.linear(x, w, b)
     lead = x.shape[:-1]
     y = _Linear.apply(x.reshape(-1, x.shape[-1]), w, b)

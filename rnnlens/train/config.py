@@ -21,6 +21,7 @@ OPTIMIZERS = ("adagrad", "adam", "sgd")
 MEMORY_KINDS = ("rm", "rmr")
 LOSS_AVERAGES = ("token", "sentence")
 ON_NAN = ("stop", "skip")
+PRECISIONS = ("float32", "bf16")
 
 # The range of every number of a config (Config.validate checks them before anything else):
 # (low, high, low excluded, high excluded), None for no bound. Floats must also be finite.
@@ -180,6 +181,9 @@ class TrainConfig:
                                       # the shapes this config builds
     on_nan: str = "stop"              # a NaN/infinite loss or gradient: "stop" with an error naming the
                                       # step (the last checkpoint is kept), or "skip" the batch and halve lr
+    precision: str = "float32"        # "bf16": forward and loss (training and evaluation) under
+                                      # torch.autocast to bfloat16: matrix products in bfloat16, the
+                                      # recurrent state, parameters, gradients and optimizer in float32
 
 
 @dataclass
@@ -256,6 +260,12 @@ class Config:
         need(not dcfg.sentence_level or dcfg.task in (None, "lm"), "data.sentence_level is for the lm task")
         need(m.forget_bias is None or m.cell == "lstm", "model.forget_bias is for the lstm cell")
         need(t.on_nan in ON_NAN, f"train.on_nan {t.on_nan!r} is not one of {', '.join(ON_NAN)}")
+        need(t.precision in PRECISIONS, f"train.precision {t.precision!r} is not one of {', '.join(PRECISIONS)}")
+        # torch's AdaptiveLogSoftmaxWithLoss writes a bfloat16 log_softmax into a float32 tensor
+        # under CPU autocast (on a GPU autocast runs log_softmax in float32)
+        need(not (t.precision == "bf16" and m.adaptive_softmax and not t.device.startswith("cuda")),
+             "train.precision bf16 does not run with model.adaptive_softmax on the CPU (torch's adaptive "
+             "softmax fails under CPU autocast); use precision float32 or a full softmax")
         need(t.loss_average in LOSS_AVERAGES,
              f"train.loss_average {t.loss_average!r} is not one of {', '.join(LOSS_AVERAGES)}")
         need(t.loss_average == "token" or dcfg.sentence_level,

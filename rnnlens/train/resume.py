@@ -32,6 +32,7 @@ import torch
 from ..errors import RnnlensError
 from ..outfiles import writing
 from .checkpoint import replace_dir
+from .config import Config
 
 FORMAT = "rnnlens-resume"
 VERSION = 1
@@ -297,6 +298,7 @@ def config_differences(saved: dict, new: dict, ignore: dict[str, tuple] | None =
     """'section.key (saved -> new)' for every setting that differs, but those `ignore` names
     per section (default: train's MAY_CHANGE)."""
     ignore = {"train": MAY_CHANGE} if ignore is None else ignore
+    defaults = Config().to_dict()   # a setting a run saved before it existed reads as its default
     out = []
     for section in sorted(set(saved) | set(new)):
         a, b = saved.get(section), new.get(section)
@@ -307,8 +309,9 @@ def config_differences(saved: dict, new: dict, ignore: dict[str, tuple] | None =
         for key in sorted(set(a) | set(b)):
             if key in ignore.get(section, ()):
                 continue
-            if a.get(key) != b.get(key):
-                out.append(f"{section}.{key} ({a.get(key)!r} -> {b.get(key)!r})")
+            old_value = a[key] if key in a else (defaults.get(section) or {}).get(key)
+            if old_value != b.get(key):
+                out.append(f"{section}.{key} ({old_value!r} -> {b.get(key)!r})")
     return out
 
 

@@ -195,6 +195,13 @@ def check_device(device: str) -> None:
         raise RnnlensError("train.device is cuda but no CUDA device is available")
 
 
+def check_precision(device: str, precision: str) -> None:
+    """RnnlensError when the device cannot run train.precision (bf16 on a GPU without bfloat16)."""
+    if precision == "bf16" and device.startswith("cuda") and not torch.cuda.is_bf16_supported():
+        raise RnnlensError("train.precision bf16 needs a GPU with bfloat16 support (compute capability 8.0 "
+                           "or later); use precision float32")
+
+
 def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, dist=None) -> RunResult:
     """Train per cfg and write the checkpoint into `out` (an existing, empty directory).
 
@@ -203,6 +210,7 @@ def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, d
     dist: a distributed.Dist when this process is one rank of a data-parallel run (torchrun):
     every rank trains on its slice of each batch, and only rank 0 writes into `out`."""
     check_device(cfg.train.device)
+    check_precision(cfg.train.device, cfg.train.precision)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     seed_everything(cfg.train.seed)

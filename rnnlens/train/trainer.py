@@ -4,9 +4,16 @@ The model provides forward(batch) -> output and loss(output, batch); its head pr
 metrics(output, batch) -> summable dict and finalize(sums) -> metrics. The trainer does
 the rest: optimizer, clipping, early stopping on dev, keeping the best weights, one JSON
 line per epoch in metrics.jsonl, and a progress bar.
+
+With train.precision "bf16" the forward and the loss run under torch.autocast to bfloat16 on
+the model's device type, in training and in evaluation; the backward, the clipping and the
+optimizer step run outside it, on float32 parameters and gradients (bfloat16 has float32's
+range, so no loss scaling is needed). The cells keep their recurrent state in float32
+(rnnlens/ops/precision.py).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -42,6 +49,18 @@ def merge_metrics(into: dict, new: dict) -> None:
             into[k] = into.get(k, 0.0) + v
 
 
+def check_precision(model: torch.nn.Module, cfg: TrainConfig) -> None:
+    """RnnlensError unless the model's parameters suit cfg.precision: bf16 autocast trains
+    float32 parameters (autocast leaves float64 alone, and the optimizer must see float32)."""
+    if cfg.precision == "float32":
+        return
+    other = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()
+                    if p.is_floating_point() and p.dtype != torch.float32})
+    if other:
+        raise RnnlensError(f"train.precision {cfg.precision} trains float32 parameters under bfloat16 autocast; "
+                           f"this model has {', '.join(other)} parameters: use precision float32, or a float32 model")
+
+
 def _reset(model) -> None:
     if hasattr(model, "reset_state"):
         model.reset_state()
@@ -61,6 +80,7 @@ class Trainer:
     def __init__(self, model: torch.nn.Module, cfg: TrainConfig, metrics_path: str | Path | None = None,
                  progress: bool = True, select: tuple[str, str] | None = None, checkpoints=None,
                  dist=None):
+        check_precision(model, cfg)
         self.model = model
         self.cfg = cfg
         self.dist = dist
@@ -96,6 +116,13 @@ class Trainer:
         self._resume_pos: dict | None = None   # where in an epoch a resumed run continues
         self._data_epoch = None            # the data order's epoch counter at this epoch's start
 
+    def _autocast(self):
+        """The context the forward and the loss run in: bfloat16 autocast on the model's device
+        type with precision bf16, else nothing."""
+        if self.cfg.precision == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     def _log(self, record: dict) -> None:
         self.history.append(record)
         if self.metrics_path is not None:
@@ -128,12 +155,13 @@ class Trainer:
                     continue
                 batch, (share,) = d.shard(batch, [self._units])
             batch = batch.to(self.device)
-            out = self.model(batch)
-            head = self.model.head
-            if hasattr(head, "loss_and_metrics"):
-                loss, metrics = head.loss_and_metrics(out, batch)
-            else:
-                loss, metrics = self.model.loss(out, batch), head.metrics(out, batch)
+            with self._autocast():
+                out = self.model(batch)
+                head = self.model.head
+                if hasattr(head, "loss_and_metrics"):
+                    loss, metrics = head.loss_and_metrics(out, batch)
+                else:
+                    loss, metrics = self.model.loss(out, batch), head.metrics(out, batch)
             if d is not None:            # the batch's mean loss is the shares' weighted sum
                 loss_sum += loss.item() * share * size
             else:
@@ -286,11 +314,12 @@ class Trainer:
             batch = batch.to(self.device)
             self.step += 1
             self.optimizer.zero_grad(set_to_none=True)
-            if d is None:
-                out = self.model(batch)
-                loss = self.model.loss(out, batch)
-            else:                             # in DDP: (output, loss), from the slice
-                out, loss = self._net(batch)
+            with self._autocast():            # the backward below runs outside it
+                if d is None:
+                    out = self.model(batch)
+                    loss = self.model.loss(out, batch)
+                else:                         # in DDP: (output, loss), from the slice
+                    out, loss = self._net(batch)
             # the batch's loss: under data parallelism the shares' sum, the same on every rank
             value = loss.item() if d is None else d.all_sum([loss.item() * share if share else 0.0])[0]
             fault = None
