@@ -270,3 +270,72 @@ def test_trains_in_a_model_and_the_loss_falls(name, H):
     view, states = model.linear_view(b), model.states(b)
     ex = explain(view, model.readout_weight, states)
     assert max_diff(ex.remainder, torch.zeros_like(ex.remainder)) < 1e-4
+
+
+# --- VA-W's windowed-sum forward against the block-shift recurrence -----------------------
+
+def _masks(B, T):
+    right = torch.arange(T)[None] < torch.tensor([T, 4, 1, 0][:B])[:, None]
+    left = torch.arange(T)[None] >= (T - torch.tensor([T, 5, 2, 1][:B]))[:, None]
+    rows = ["11101111", "01100101", "10001010", "00000000"]
+    interior = torch.tensor([[c == "1" for c in r[:T]] for r in rows[:B]])
+    return {"none": None, "right": right, "left": left, "interior": interior}
+
+
+@pytest.mark.parametrize("m", [1, 3, 20])
+@pytest.mark.parametrize("which", ["none", "right", "left", "interior"])
+@pytest.mark.parametrize("block", [None, 1, 3])
+def test_va_w_window_sum_forward_matches_the_recurrence_with_gradients(m, which, block):
+    """forward (the windowed sum as a DFT convolution, no [B,T,m*H] states) == step_loop
+    (the dense block shift, one step at a time): outputs, final state and every gradient,
+    from a non-zero start state, in one block or in blocks of max(block, m-1) positions."""
+    B, T, H = 4, 8, 4
+    cell = build(VAW, H)
+    cell.window = m
+    if block is not None:
+        cell.block = block
+    mask = _masks(B, T)[which]
+    x = torch.randn(B, T, E, dtype=D, requires_grad=True)
+    s0 = (torch.randn(B, m * H, dtype=D) * 0.5).requires_grad_(True)
+    out, fin = cell(x, mask, s0)
+    ref, ref_fin = cell.step_loop(x, mask, s0)
+    assert out.shape == (B, T, H) and fin.shape == (B, m * H)
+    assert max_diff(out, ref) < 1e-12 and max_diff(fin, ref_fin) < 1e-12
+    assert max_diff(fin, cell.scan(x, mask, s0)[1]) < 1e-12           # the generic affine scan
+    w, v = torch.randn_like(out), torch.randn_like(fin)
+    params = [x, s0, *cell.parameters()]
+    g1 = torch.autograd.grad((out * w).sum() + (fin * v).sum(), params, retain_graph=True)
+    g2 = torch.autograd.grad((ref * w).sum() + (ref_fin * v).sum(), params, retain_graph=True)
+    for a, b in zip(g1, g2):
+        assert max_diff(a, b) < 1e-11
+    # only the output, or only the final state, in the loss (a second backward, too)
+    for pick in (lambda o, f: (o * w).sum(), lambda o, f: (f * v).sum()):
+        g1 = torch.autograd.grad(pick(out, fin), params, retain_graph=True, materialize_grads=True)
+        g2 = torch.autograd.grad(pick(ref, ref_fin), params, retain_graph=True, materialize_grads=True)
+        for a, b in zip(g1, g2):
+            assert max_diff(a, b) < 1e-11
+
+
+def test_va_w_forward_never_builds_the_extended_states(monkeypatch):
+    """The forward and its backward work on [B,T,H] tensors: the [B,T,m*H] g_ext of the
+    linear view (VAW._g) is not built, so memory grows like an LSTM's with T."""
+    cell = build(VAW, 4)
+    x = torch.randn(2, 50, E, dtype=D, requires_grad=True)
+    mask = torch.arange(50)[None] < torch.tensor([50, 31])[:, None]
+    ref = cell.step_loop(x, mask)[0]
+
+    def refuse(*a):
+        raise AssertionError("the forward built g_ext")
+    monkeypatch.setattr(VAW, "_g", refuse)
+    out, fin = cell(x, mask)
+    (out.sum() + fin.sum()).backward()
+    assert max_diff(out, ref) < 1e-12
+
+
+def test_va_w_float32_forward_agrees_with_float64():
+    cell = build(VAW, 8)
+    x = torch.randn(3, 30, E, dtype=D)
+    mask = _masks(3, 8)["interior"].repeat(1, 4)[:, :30]
+    out64, fin64 = cell(x, mask)
+    out32, fin32 = cell.float()(x.float(), mask)
+    assert max_diff(out32.double(), out64) < 1e-5 and max_diff(fin32.double(), fin64) < 1e-5
