@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops import rational_fused
 from ..ops.linear import linear
 from ..ops.precision import full_precision
 from ..ops.semiring import get_semiring
@@ -126,9 +127,8 @@ class RationalCell(Cell):
         unbind, whose backward stacks the gradients once (slicing would zero-fill and copy a
         full-size gradient per slice)."""
         n = self.n
-        # float32 under autocast too: a forget gate near 1 needs more than bfloat16's 8 bits
-        P = full_precision(linear(x, self.weight, self.bias * self.bias_mask))
-        rows = P.view(*x.shape[:-1], -1, self.hidden_size).unbind(-2)
+        P = self._project(x)
+        rows = P.view(*x.shape[:-1], P.shape[-1] // self.hidden_size, self.hidden_size).unbind(-2)
         pu, pf = rows[0: 2 * n: 2], rows[1: 2 * n: 2]
         po = rows[2 * n] if self.output_gate else None
         if self.sr.name == "real":
@@ -140,6 +140,11 @@ class RationalCell(Cell):
             u = list(pu)
             o = F.logsigmoid(po) if po is not None else None
         return u, f, o
+
+    def _project(self, x):
+        """[..., R*H]: every gate's pre-activation, rows (u_0, f_0, ..., u_{n-1}, f_{n-1}, [o]).
+        float32 under autocast too: a forget gate near 1 needs more than bfloat16's 8 bits."""
+        return full_precision(linear(x, self.weight, self.bias * self.bias_mask))
 
     def _pr(self, dtype):
         """(p1, p2, r) of RRNN(F) in the semiring's terms (log in max-plus)."""
@@ -208,8 +213,11 @@ class RationalCell(Cell):
             # the first real token the output is the start state's, tanh(c_0): gate = one
             o = hold_at_pads(self.gates(x)[2] if o is None else o, mask, self.sr.one)
             c = self.sr.times(o, c)
-        h = torch.tanh(c)
-        if self.training and self.recurrent_dropout > 0:   # one mask per sequence, all steps
+        return self._dropout(torch.tanh(c))
+
+    def _dropout(self, h):
+        """Recurrent dropout on the outputs: one mask per sequence, the same at every step."""
+        if self.training and self.recurrent_dropout > 0:
             keep = 1.0 - self.recurrent_dropout
             h = h * (torch.bernoulli(h.new_full((h.shape[0], 1, h.shape[2]), keep)) / keep)
         return h
@@ -219,11 +227,34 @@ class RationalCell(Cell):
             raise ValueError(f"expected x of shape [B, T, {self.input_size}], got {tuple(x.shape)}")
         if state is None:
             state = self.initial_state(x.shape[0], x.dtype, x.device)
+        if x.shape[1] == 0:                       # no steps: no outputs, the state unchanged
+            return x.new_zeros(x.shape[0], 0, self.hidden_size), state
+        if rational_fused.available(x, self.sr.name, self.pattern == "f"):
+            return self._forward_fused(x, mask, state)
         u, f, o = self.gates(x)                   # one projection for the scan and the output gate
         # the blocks stay apart: the output reads the last one, the final state takes each
         # one's last step (no [B,T,K*H] concatenation, and no zero-filled gradient of it)
         blocks = self._blocks(u, f, mask, state, x.dtype)
         return self._out_of(x, blocks[-1], mask, o), torch.cat([b[:, -1] for b in blocks], -1)
+
+    def _forward_fused(self, x, mask, state):
+        """forward() through the C++ pass over time (rnnlens.ops.rational_fused): the same
+        equations as _blocks and _out_of, checked against them in the tests."""
+        B, T, _ = x.shape
+        H, n = self.hidden_size, self.n
+        P = self._project(x)
+        c0 = state.view(B, self.blocks, H)[:, :n]
+        extra = {}
+        if self.pattern == "f":
+            p1, p2, r = self._pr(P.dtype)
+            extra = {"r": r, "p1": p1, "p2": p2}
+        if not self.output_gate:        # h = tanh(c) in the same pass
+            h, final = rational_fused.rational_scan(P, c0, n, self.sr.name, mask, tanh=True, **extra)
+            return self._dropout(h), final
+        Rd, final = rational_fused.rational_scan(P, c0, n, self.sr.name, mask, **extra)
+        po = P.view(B, T, P.shape[2] // H, H)[:, :, 2 * n]
+        o = torch.sigmoid(po) if self.sr.name == "real" else F.logsigmoid(po)
+        return self._out_of(x, Rd, mask, o), final
 
     def step_loop(self, x, mask=None, state=None):
         if state is None:

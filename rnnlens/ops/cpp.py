@@ -1,0 +1,92 @@
+"""rnnlens's C++ kernels (rnnlens/ops/csrc/): compiled on first use, then cached.
+
+The first call in a fresh environment compiles the sources with the machine's C++ compiler
+through torch.utils.cpp_extension (about a minute on 2 cores; a line on stderr says so) and
+keeps the library in torch's extension cache (TORCH_EXTENSIONS_DIR, by default
+~/.cache/torch_extensions), so later processes load it at once. Where no compiler is found
+or the build fails, `load` returns None once and for all in this process and the callers
+take their pure-PyTorch paths, which compute the same thing (more slowly); the reason is
+kept in `load_error(name)`. RNNLENS_CPP=0 turns the kernels off.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import torch
+
+CSRC = Path(__file__).with_name("csrc")
+
+_LOCK = threading.Lock()
+_LOADED: dict[str, bool] = {}
+_ERRORS: dict[str, str] = {}
+
+
+def enabled() -> bool:
+    """False when RNNLENS_CPP=0 (or false/off/no)."""
+    return os.environ.get("RNNLENS_CPP", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def _flags() -> tuple[list[str], str]:
+    """Compiler flags and a tag naming them: AVX2 and FMA where the CPU has them (the library is
+    built on, and for, the machine that runs it)."""
+    flags = ["-O3", "-fopenmp"]
+    try:
+        cap = torch.backends.cpu.get_cpu_capability()
+    except Exception:  # pragma: no cover - old torch
+        cap = "DEFAULT"
+    if cap in ("AVX2", "AVX512"):
+        return flags + ["-mavx2", "-mfma"], "avx2"
+    return flags, "base"
+
+
+def load(name: str) -> bool:
+    """Compile (once) and load csrc/<name>.cpp, whose TORCH_LIBRARY registers its ops under
+    torch.ops.rnnlens_<name>. True when the ops are there; False when they cannot be had."""
+    if name in _LOADED:
+        return _LOADED[name]
+    with _LOCK:
+        if name in _LOADED:
+            return _LOADED[name]
+        _LOADED[name] = ok = _build(name)
+        return ok
+
+
+def load_error(name: str) -> str | None:
+    """Why `load(name)` gave False, or None."""
+    return _ERRORS.get(name)
+
+
+def _build(name: str) -> bool:
+    if not enabled():
+        _ERRORS[name] = "turned off by RNNLENS_CPP=0"
+        return False
+    src = CSRC / f"{name}.cpp"
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        _ERRORS[name] = f"no C++ compiler ({compiler}) on PATH"
+        return False
+    try:
+        from torch.utils import cpp_extension
+    except Exception as e:  # pragma: no cover - a torch without its extension tools
+        _ERRORS[name] = f"torch.utils.cpp_extension unavailable: {e}"
+        return False
+    flags, tag = _flags()
+    digest = hashlib.sha1(src.read_bytes() + " ".join(flags).encode()).hexdigest()[:10]
+    module = f"rnnlens_{name}_{tag}_{digest}"       # a changed source never reuses an old build
+    build_dir = Path(cpp_extension._get_build_directory(module, verbose=False))
+    built = any(build_dir.glob(f"{module}*.so"))
+    if not built:
+        print(f"rnnlens: compiling the C++ kernel {name} once (cached for later runs)...",
+              file=sys.stderr, flush=True)
+    try:
+        cpp_extension.load(name=module, sources=[str(src)], extra_cflags=flags, extra_ldflags=["-fopenmp"],
+                           is_python_module=False, verbose=False)
+    except Exception as e:   # compiler errors, a missing ninja, a read-only cache
+        _ERRORS[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+        return False
+    return True

@@ -1,0 +1,363 @@
+// The rational cells' recurrences (rnnlens/cells/rational.py) as one pass over time on the CPU,
+// forward and backward, for the real and max-plus semirings. See rnnlens/ops/rational_fused.py
+// for the contract; the Python scan in rnnlens/cells/rational.py is the reference.
+//
+// Layout. P [B,T,R*H] is the input projection, rows (u_0, f_0, u_1, f_1, ..., [o]) of H each;
+// f [B,T,n,H] the forget gates already activated (real: sigmoid; max-plus: logsigmoid);
+// c0 [B,n,H] the start of the n scanned blocks; S [B,T,n,H] every state; Rd [B,T,H] the
+// read-out (the last block, or p1*c_0 + p2*c_1 for RRNN(F)). At a pad (mask false) every
+// block keeps its state and its gates get no gradient.
+//
+//   real      u_j = pu_j - f_j*pu_j,  e_0 = u_0,  e_j = c_{j-1,t-1} * u_j  ((c_0 + r) * u_1 in F)
+//             c_j = e_j + f_j * c_{j,t-1}
+//   max-plus  u_j = pu_j,  e_0 = u_0,  e_j = c_{j-1,t-1} + u_j
+//             c_j = max(f_j + c_{j,t-1}, e_j), a tie going to the carried branch
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <vector>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+// SLEEF's vector tanh (1-ulp), which libtorch_cpu carries and exports for ATen's own kernels
+extern "C" __m256 Sleef_tanhf8_u10avx2(__m256);
+extern "C" __m256d Sleef_tanhd4_u10avx2(__m256d);
+#endif
+
+namespace {
+
+inline void tanh_inplace(float* x, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, Sleef_tanhf8_u10avx2(_mm256_loadu_ps(x + i)));
+#endif
+  for (; i < n; ++i) x[i] = std::tanh(x[i]);
+}
+
+inline void tanh_inplace(double* x, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 4 <= n; i += 4) _mm256_storeu_pd(x + i, Sleef_tanhd4_u10avx2(_mm256_loadu_pd(x + i)));
+#endif
+  for (; i < n; ++i) x[i] = std::tanh(x[i]);
+}
+
+template <typename scalar_t>
+struct Ptrs {
+  const scalar_t* P;
+  const scalar_t* f;
+  const scalar_t* fg;   // backward, max-plus: sigmoid(-pf) = d logsigmoid / d pf
+  const scalar_t* c0;
+  const bool* mask;
+  const scalar_t* r;
+  const scalar_t* p1;
+  const scalar_t* p2;
+  int64_t B, T, n, H, RH;
+};
+
+template <typename scalar_t>
+const scalar_t* ptr_or_null(const at::Tensor& t) {
+  return t.defined() && t.numel() ? t.data_ptr<scalar_t>() : nullptr;
+}
+
+template <typename scalar_t, bool MAXPLUS, bool PATF>
+void forward_rows(const Ptrs<scalar_t>& a, scalar_t* S, scalar_t* Rd, bool tanh_out, int64_t b0, int64_t b1) {
+  const int64_t T = a.T, n = a.n, H = a.H, RH = a.RH, nH = n * H;
+  for (int64_t b = b0; b < b1; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t bt = b * T + t;
+      scalar_t* __restrict__ St = S + bt * nH;
+      const scalar_t* __restrict__ Sp = t ? St - nH : a.c0 + b * nH;
+      const scalar_t* __restrict__ Pt = a.P + bt * RH;
+      const scalar_t* __restrict__ ft = a.f + bt * nH;
+      if (a.mask && !a.mask[bt]) {
+        for (int64_t i = 0; i < nH; ++i) St[i] = Sp[i];
+      } else {
+        for (int64_t j = 0; j < n; ++j) {
+          const scalar_t* __restrict__ pu = Pt + 2 * j * H;
+          const scalar_t* __restrict__ fj = ft + j * H;
+          const scalar_t* __restrict__ cp = Sp + j * H;
+          scalar_t* __restrict__ c = St + j * H;
+          if (j == 0) {
+            for (int64_t h = 0; h < H; ++h) {
+              const scalar_t u = MAXPLUS ? pu[h] : pu[h] - fj[h] * pu[h];
+              if (MAXPLUS) {
+                const scalar_t s = fj[h] + cp[h];
+                c[h] = s >= u ? s : u;
+              } else {
+                c[h] = u + fj[h] * cp[h];
+              }
+            }
+          } else {
+            const scalar_t* __restrict__ bef = Sp + (j - 1) * H;
+            const bool eps = PATF && j == 1;
+            for (int64_t h = 0; h < H; ++h) {
+              if (MAXPLUS) {
+                const scalar_t e = bef[h] + pu[h];
+                const scalar_t s = fj[h] + cp[h];
+                c[h] = s >= e ? s : e;
+              } else {
+                const scalar_t u = pu[h] - fj[h] * pu[h];
+                const scalar_t e = (eps ? bef[h] + a.r[h] : bef[h]) * u;
+                c[h] = e + fj[h] * cp[h];
+              }
+            }
+          }
+        }
+      }
+      scalar_t* __restrict__ Rt = Rd + bt * H;
+      if (PATF) {
+        for (int64_t h = 0; h < H; ++h) Rt[h] = a.p1[h] * St[h] + a.p2[h] * St[H + h];
+      } else {
+        const scalar_t* __restrict__ last = St + (n - 1) * H;
+        for (int64_t h = 0; h < H; ++h) Rt[h] = last[h];
+      }
+      if (tanh_out) tanh_inplace(Rt, H);
+    }
+  }
+}
+
+// The backward of one block at one step, over its H columns: g = dL/dc_t in, gn (dL/dc_{t-1},
+// this block's and the block before's) accumulated, dP's u and f rows written. Separate
+// functions with restrict pointers and no branches in the loop, so that each vectorises.
+template <typename T>
+void bwd_real_first(int64_t H, const T* __restrict__ f, const T* __restrict__ p, const T* __restrict__ g,
+                    const T* __restrict__ cp, T* __restrict__ gn, T* __restrict__ dpu, T* __restrict__ dpf) {
+  for (int64_t h = 0; h < H; ++h) {
+    gn[h] += f[h] * g[h];                                  // u = p - f p, c = u + f c_prev
+    dpu[h] = g[h] * (T(1) - f[h]);
+    dpf[h] = (g[h] * cp[h] - g[h] * p[h]) * f[h] * (T(1) - f[h]);
+  }
+}
+
+template <typename T>
+void bwd_real_next(int64_t H, const T* __restrict__ f, const T* __restrict__ p, const T* __restrict__ g,
+                   const T* __restrict__ cp, const T* __restrict__ bef, const T* __restrict__ r, T* __restrict__ dr,
+                   T* __restrict__ gn, T* __restrict__ gnb, T* __restrict__ dpu, T* __restrict__ dpf) {
+  if (r) {                                                 // RRNN(F): enter from (c_0 + r)
+    for (int64_t h = 0; h < H; ++h) {
+      const T u = p[h] - f[h] * p[h];
+      const T du = g[h] * (bef[h] + r[h]);
+      gnb[h] += g[h] * u;
+      dr[h] += g[h] * u;
+      gn[h] += f[h] * g[h];
+      dpu[h] = du * (T(1) - f[h]);
+      dpf[h] = (g[h] * cp[h] - du * p[h]) * f[h] * (T(1) - f[h]);
+    }
+    return;
+  }
+  for (int64_t h = 0; h < H; ++h) {                        // e = c_{j-1,t-1} u
+    const T u = p[h] - f[h] * p[h];
+    const T du = g[h] * bef[h];
+    gnb[h] += g[h] * u;
+    gn[h] += f[h] * g[h];
+    dpu[h] = du * (T(1) - f[h]);
+    dpf[h] = (g[h] * cp[h] - du * p[h]) * f[h] * (T(1) - f[h]);
+  }
+}
+
+template <typename T, bool ENTER>
+void bwd_maxplus(int64_t H, const T* __restrict__ f, const T* __restrict__ p, const T* __restrict__ g,
+                 const T* __restrict__ cp, const T* __restrict__ bef, const T* __restrict__ fg, T* __restrict__ gn,
+                 T* __restrict__ gnb, T* __restrict__ dpu, T* __restrict__ dpf) {
+  for (int64_t h = 0; h < H; ++h) {
+    const T e = ENTER ? bef[h] + p[h] : p[h];
+    const T df = f[h] + cp[h] >= e ? g[h] : T(0);          // a tie goes to the carried branch
+    const T de = g[h] - df;
+    gn[h] += df;
+    if (ENTER) gnb[h] += de;
+    dpu[h] = de;
+    dpf[h] = df * fg[h];
+  }
+}
+
+// dRd [B,T,H] and dS_last [B,n,H] (the final state's gradient; PATF: its read-out block in
+// dRd_last [B,H]) in; dP's u and f rows (the o row zeroed), dc0 [B,n,H] and, for RRNN(F),
+// per-row partial sums dr, dp1, dp2 [B,H] out.
+template <typename scalar_t, bool MAXPLUS, bool PATF>
+void backward_rows(const Ptrs<scalar_t>& a, const scalar_t* S, const scalar_t* Rd, const scalar_t* dRd,
+                   const scalar_t* dS_last,
+                   const scalar_t* dRd_last, scalar_t* dP, scalar_t* dc0, scalar_t* dr, scalar_t* dp1,
+                   scalar_t* dp2, int64_t b0, int64_t b1) {
+  const int64_t T = a.T, n = a.n, H = a.H, RH = a.RH, nH = n * H;
+  std::vector<scalar_t> gbuf(nH), gnbuf(nH), dread(H);
+  for (int64_t b = b0; b < b1; ++b) {
+    scalar_t* g = gbuf.data();
+    scalar_t* gn = gnbuf.data();
+    for (int64_t i = 0; i < nH; ++i) g[i] = dS_last ? dS_last[b * nH + i] : scalar_t(0);
+    if (PATF) {
+      for (int64_t h = 0; h < H; ++h) dr[b * H + h] = dp1[b * H + h] = dp2[b * H + h] = 0;
+    }
+    for (int64_t t = T - 1; t >= 0; --t) {
+      const int64_t bt = b * T + t;
+      const scalar_t* __restrict__ St = S + bt * nH;
+      if (dRd) {
+        const scalar_t* __restrict__ dRt = dRd + bt * H;
+        if (Rd) {                                             // through h = tanh(read-out)
+          const scalar_t* __restrict__ ht = Rd + bt * H;
+          scalar_t* __restrict__ dt = dread.data();
+          for (int64_t h = 0; h < H; ++h) dt[h] = dRt[h] * (scalar_t(1) - ht[h] * ht[h]);
+          dRt = dt;
+        }
+        if (PATF) {
+          for (int64_t h = 0; h < H; ++h) {
+            const scalar_t d = dRt[h] + (t == T - 1 && dRd_last ? dRd_last[b * H + h] : scalar_t(0));
+            g[h] += a.p1[h] * d;
+            g[H + h] += a.p2[h] * d;
+            dp1[b * H + h] += d * St[h];
+            dp2[b * H + h] += d * St[H + h];
+          }
+        } else {
+          scalar_t* __restrict__ gl = g + (n - 1) * H;
+          for (int64_t h = 0; h < H; ++h) gl[h] += dRt[h];
+        }
+      } else if (PATF && t == T - 1 && dRd_last) {
+        for (int64_t h = 0; h < H; ++h) {
+          const scalar_t d = dRd_last[b * H + h];
+          g[h] += a.p1[h] * d;
+          g[H + h] += a.p2[h] * d;
+          dp1[b * H + h] += d * St[h];
+          dp2[b * H + h] += d * St[H + h];
+        }
+      }
+      scalar_t* __restrict__ dPt = dP + bt * RH;
+      for (int64_t i = 2 * nH; i < RH; ++i) dPt[i] = 0;      // the output gate's row: not ours
+      if (a.mask && !a.mask[bt]) {                            // the state is held: g passes on
+        for (int64_t i = 0; i < 2 * nH; ++i) dPt[i] = 0;
+        continue;
+      }
+      const scalar_t* __restrict__ Sp = t ? St - nH : a.c0 + b * nH;
+      const scalar_t* __restrict__ Pt = a.P + bt * RH;
+      const scalar_t* __restrict__ ft = a.f + bt * nH;
+      const scalar_t* __restrict__ fgt = MAXPLUS ? a.fg + bt * nH : nullptr;
+      for (int64_t i = 0; i < nH; ++i) gn[i] = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const scalar_t* __restrict__ pu = Pt + 2 * j * H;
+        const scalar_t* __restrict__ fj = ft + j * H;
+        const scalar_t* __restrict__ cp = Sp + j * H;
+        const scalar_t* __restrict__ gj = g + j * H;
+        scalar_t* __restrict__ gnj = gn + j * H;
+        scalar_t* __restrict__ dpu = dPt + 2 * j * H;
+        scalar_t* __restrict__ dpf = dPt + (2 * j + 1) * H;
+        const scalar_t* __restrict__ bef = j ? Sp + (j - 1) * H : nullptr;
+        scalar_t* __restrict__ gnb = j ? gn + (j - 1) * H : nullptr;
+        const bool eps = PATF && j == 1;
+        if (MAXPLUS) {
+          const scalar_t* fgj = fgt + j * H;
+          if (j) bwd_maxplus<scalar_t, true>(H, fj, pu, gj, cp, bef, fgj, gnj, gnb, dpu, dpf);
+          else bwd_maxplus<scalar_t, false>(H, fj, pu, gj, cp, bef, fgj, gnj, gnb, dpu, dpf);
+        } else if (j == 0) {
+          bwd_real_first<scalar_t>(H, fj, pu, gj, cp, gnj, dpu, dpf);
+        } else {
+          bwd_real_next<scalar_t>(H, fj, pu, gj, cp, bef, eps ? a.r : nullptr, eps ? dr + b * H : nullptr, gnj,
+                                  gnb, dpu, dpf);
+        }
+      }
+      std::swap(g, gn);
+    }
+    for (int64_t i = 0; i < nH; ++i) dc0[b * nH + i] = g[i];
+  }
+}
+
+template <typename scalar_t>
+Ptrs<scalar_t> pointers(const at::Tensor& P, const at::Tensor& f, const at::Tensor& fg, const at::Tensor& c0,
+                        const at::Tensor& mask, const at::Tensor& r, const at::Tensor& p1, const at::Tensor& p2) {
+  Ptrs<scalar_t> a;
+  a.P = P.data_ptr<scalar_t>();
+  a.f = f.data_ptr<scalar_t>();
+  a.fg = ptr_or_null<scalar_t>(fg);
+  a.c0 = c0.data_ptr<scalar_t>();
+  a.mask = mask.defined() && mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  a.r = ptr_or_null<scalar_t>(r);
+  a.p1 = ptr_or_null<scalar_t>(p1);
+  a.p2 = ptr_or_null<scalar_t>(p2);
+  a.B = f.size(0);
+  a.T = f.size(1);
+  a.n = f.size(2);
+  a.H = f.size(3);
+  a.RH = P.size(2);
+  return a;
+}
+
+void check(const at::Tensor& P, const at::Tensor& f, const at::Tensor& c0) {
+  TORCH_CHECK(P.device().is_cpu() && P.is_contiguous() && P.dim() == 3, "P must be a contiguous CPU [B,T,R*H]");
+  TORCH_CHECK(f.is_contiguous() && f.dim() == 4 && f.scalar_type() == P.scalar_type(), "f must be [B,T,n,H]");
+  TORCH_CHECK(c0.is_contiguous() && c0.scalar_type() == P.scalar_type(), "c0 must be a contiguous [B,n,H]");
+  TORCH_CHECK(P.size(2) >= 2 * f.size(2) * f.size(3), "P has too few rows");
+}
+
+int64_t grain(int64_t B) {
+  const int64_t threads = at::get_num_threads();
+  return std::max<int64_t>(1, (B + threads - 1) / threads);
+}
+
+// -> (S [B,T,n,H], Rd [B,T,H])
+std::tuple<at::Tensor, at::Tensor> rational_forward(const at::Tensor& P, const at::Tensor& f, const at::Tensor& c0,
+                                                    const at::Tensor& mask, const at::Tensor& r,
+                                                    const at::Tensor& p1, const at::Tensor& p2, bool maxplus,
+                                                    bool pattern_f, bool tanh_out) {
+  check(P, f, c0);
+  TORCH_CHECK(!(maxplus && pattern_f), "RRNN(F) runs here in the real semiring only");
+  auto S = at::empty(f.sizes(), f.options());
+  auto Rd = at::empty({f.size(0), f.size(1), f.size(3)}, f.options());
+  AT_DISPATCH_FLOATING_TYPES(P.scalar_type(), "rational_forward", [&] {
+    const auto a = pointers<scalar_t>(P, f, at::Tensor(), c0, mask, r, p1, p2);
+    scalar_t* s = S.data_ptr<scalar_t>();
+    scalar_t* rd = Rd.data_ptr<scalar_t>();
+    at::parallel_for(0, a.B, grain(a.B), [&](int64_t b0, int64_t b1) {
+      if (maxplus) forward_rows<scalar_t, true, false>(a, s, rd, tanh_out, b0, b1);
+      else if (pattern_f) forward_rows<scalar_t, false, true>(a, s, rd, tanh_out, b0, b1);
+      else forward_rows<scalar_t, false, false>(a, s, rd, tanh_out, b0, b1);
+    });
+  });
+  return {S, Rd};
+}
+
+// -> (dP [B,T,R*H], dc0 [B,n,H], dr, dp1, dp2 [B,H] per row; empty unless pattern_f)
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rational_backward(
+    const at::Tensor& P, const at::Tensor& f, const at::Tensor& fg, const at::Tensor& c0, const at::Tensor& mask,
+    const at::Tensor& r, const at::Tensor& p1, const at::Tensor& p2, const at::Tensor& S, const at::Tensor& dRd,
+    const at::Tensor& dS_last, const at::Tensor& dRd_last, const at::Tensor& Rd_tanh, bool maxplus, bool pattern_f) {
+  check(P, f, c0);
+  TORCH_CHECK(!maxplus || (fg.defined() && fg.is_contiguous()), "max-plus needs fg");
+  auto dP = at::empty(P.sizes(), P.options());
+  auto dc0 = at::empty(c0.sizes(), c0.options());
+  const int64_t B = f.size(0), H = f.size(3);
+  auto dr = pattern_f ? at::empty({B, H}, P.options()) : at::empty({0}, P.options());
+  auto dp1 = pattern_f ? at::empty({B, H}, P.options()) : at::empty({0}, P.options());
+  auto dp2 = pattern_f ? at::empty({B, H}, P.options()) : at::empty({0}, P.options());
+  AT_DISPATCH_FLOATING_TYPES(P.scalar_type(), "rational_backward", [&] {
+    const auto a = pointers<scalar_t>(P, f, fg, c0, mask, r, p1, p2);
+    const scalar_t* s = S.data_ptr<scalar_t>();
+    const scalar_t* drd = ptr_or_null<scalar_t>(dRd);
+    const scalar_t* rdt = ptr_or_null<scalar_t>(Rd_tanh);
+    const scalar_t* dsl = ptr_or_null<scalar_t>(dS_last);
+    const scalar_t* drl = ptr_or_null<scalar_t>(dRd_last);
+    scalar_t *dp = dP.data_ptr<scalar_t>(), *dc = dc0.data_ptr<scalar_t>();
+    scalar_t *drp = ptr_or_null<scalar_t>(dr) ? dr.data_ptr<scalar_t>() : nullptr;
+    scalar_t *d1 = pattern_f ? dp1.data_ptr<scalar_t>() : nullptr, *d2 = pattern_f ? dp2.data_ptr<scalar_t>() : nullptr;
+    at::parallel_for(0, a.B, grain(a.B), [&](int64_t b0, int64_t b1) {
+      if (maxplus) backward_rows<scalar_t, true, false>(a, s, rdt, drd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
+      else if (pattern_f) backward_rows<scalar_t, false, true>(a, s, rdt, drd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
+      else backward_rows<scalar_t, false, false>(a, s, rdt, drd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
+    });
+  });
+  return {dP, dc0, dr, dp1, dp2};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(rnnlens_rational, m) {
+  m.def("forward(Tensor P, Tensor f, Tensor c0, Tensor mask, Tensor r, Tensor p1, Tensor p2, bool maxplus, "
+        "bool pattern_f, bool tanh_out) -> (Tensor, Tensor)");
+  m.def("backward(Tensor P, Tensor f, Tensor fg, Tensor c0, Tensor mask, Tensor r, Tensor p1, Tensor p2, "
+        "Tensor S, Tensor dRd, Tensor dS_last, Tensor dRd_last, Tensor Rd_tanh, bool maxplus, bool pattern_f) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(rnnlens_rational, CPU, m) {
+  m.impl("forward", &rational_forward);
+  m.impl("backward", &rational_backward);
+}

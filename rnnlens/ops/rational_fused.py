@@ -1,0 +1,98 @@
+"""The rational cells' recurrences in one C++ pass over time on the CPU (csrc/rational_scan.cpp).
+
+`rational_scan(P, c0, n, semiring, mask, r, p1, p2)` takes the input projection P [B,T,R*H]
+of a rational cell (rows u_0, f_0, ..., u_{n-1}, f_{n-1}, then the output gate's, which is
+not read here), the start of its n scanned blocks c0 [B,n,H], and for RRNN(F) its epsilon
+weight r and final weights p1, p2 ([H], already in the semiring's terms). It returns the
+read-out Rd [B,T,H] (the last block; p1*c_0 + p2*c_1 for RRNN(F)) and the final state
+[B,K*H] (the n blocks' last states, then RRNN(F)'s read-out), with a hand-written backward
+in the same pass, so a cell's whole training step is its projection's products plus two
+sweeps over [B,T,n,H]. The equations are those of rnnlens.cells.rational (Appendix D), in the
+real and max-plus semirings; the forget gates are activated here with torch (sigmoid, or
+logsigmoid in max-plus), everything else is the kernel's.
+
+`available(x, ...)` says whether the kernel takes this input: a CPU float32/float64 tensor, at
+least one step, a semiring it knows, and a compiled library (rnnlens.ops.cpp; RNNLENS_CPP=0
+turns it off). Elsewhere, and as the reference, the cells run their PyTorch scan
+(rnnlens.ops.elementwise), which the tests compare with this path in values and gradients.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+from . import cpp
+from .precision import no_autocast, no_autocast_backward
+
+
+def available(x: torch.Tensor, semiring: str, pattern_f: bool) -> bool:
+    """Whether rational_scan runs for x's device/dtype and this cell (and the library loads)."""
+    if not cpp.enabled() or x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or x.shape[1] == 0:
+        return False
+    if semiring not in ("real", "max-plus") or (pattern_f and semiring != "real"):
+        return False
+    return cpp.load("rational_scan")
+
+
+def _none(like: torch.Tensor, dtype=None) -> torch.Tensor:
+    """The empty tensor the kernel reads as "not given"."""
+    return like.new_empty(0, dtype=dtype)
+
+
+def rational_scan(P: torch.Tensor, c0: torch.Tensor, n: int, semiring: str, mask: torch.Tensor | None = None,
+                  r: torch.Tensor | None = None, p1: torch.Tensor | None = None,
+                  p2: torch.Tensor | None = None, tanh: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Rd [B,T,H], final [B,K*H]) of a rational cell from its projection; see the module
+    docstring. tanh=True returns tanh(Rd) instead (the cell's output without an output gate,
+    computed in the same pass). Differentiable in P, c0, r, p1 and p2 (once)."""
+    B, H = P.shape[0], c0.shape[-1]
+    pattern_f = p1 is not None
+    dtype = P.dtype
+    with no_autocast("cpu"):
+        P = P.contiguous()
+        c0 = c0.to(dtype).expand(B, n, H)
+        extra = [t.to(dtype) for t in (r, p1, p2)] if pattern_f else [_none(P)] * 3
+        m = _none(P, torch.bool) if mask is None else mask.to(torch.bool).contiguous()
+        return _RationalScan.apply(P, c0, *extra, m, n, semiring == "max-plus", pattern_f, tanh)
+
+
+class _RationalScan(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, P, c0, r, p1, p2, mask, n, maxplus, pattern_f, tanh):
+        B, T, _ = P.shape
+        H = c0.shape[-1]
+        pf = P.view(B, T, P.shape[2] // H, H)[:, :, 1: 2 * n: 2]
+        f = F.logsigmoid(pf) if maxplus else torch.sigmoid(pf)          # [B,T,n,H], contiguous
+        c0c = c0.contiguous()
+        S, Rd = torch.ops.rnnlens_rational.forward(P, f, c0c, mask, r, p1, p2, maxplus, pattern_f, tanh)
+        final = S[:, -1].reshape(B, n * H)
+        if pattern_f:                 # RRNN(F)'s read-out block: p1 c_1 + p2 c_2 at the last step
+            final = torch.cat([final, p1 * S[:, -1, 0] + p2 * S[:, -1, 1]], 1)
+        ctx.save_for_backward(P, f, c0c, mask, r, p1, p2, S, Rd if tanh else _none(P))
+        ctx.shape = (n, maxplus, pattern_f)
+        return Rd, final
+
+    @staticmethod
+    @once_differentiable
+    @no_autocast_backward
+    def backward(ctx, dRd, dfinal):
+        P, f, c0, mask, r, p1, p2, S, h = ctx.saved_tensors
+        n, maxplus, pattern_f = ctx.shape
+        B, T, _, H = f.shape
+        fg = _none(P)
+        if maxplus:
+            fg = torch.sigmoid(-P.view(B, T, P.shape[2] // H, H)[:, :, 1: 2 * n: 2])
+        dRd = _none(P) if dRd is None else dRd.contiguous()
+        dS_last = dRd_last = _none(P)
+        if dfinal is not None:
+            dS_last = dfinal[:, : n * H].reshape(B, n, H).contiguous()
+            if pattern_f:
+                dRd_last = dfinal[:, n * H:].contiguous()
+        dP, dc0, dr, dp1, dp2 = torch.ops.rnnlens_rational.backward(
+            P, f, fg, c0, mask, r, p1, p2, S, dRd, dS_last, dRd_last, h, maxplus, pattern_f)
+        if pattern_f:
+            dr, dp1, dp2 = dr.sum(0), dp1.sum(0), dp2.sum(0)
+        else:
+            dr = dp1 = dp2 = None
+        return dP, dc0, dr, dp1, dp2, None, None, None, None, None

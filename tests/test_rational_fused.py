@@ -1,0 +1,182 @@
+"""The rational cells' C++ pass over time (rnnlens.ops.rational_fused) against the PyTorch scan
+and the per-step reference: outputs, final states and every gradient, for every registered
+rational cell and the max-plus variants the registry leaves out, with masks, start states and
+dropout."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from rnnlens.cells import CELLS
+from rnnlens.cells.rational import RRNNC, RRNNF, NGramRational, RationalCell
+from rnnlens.ops import cpp, rational_fused
+
+RATIONAL = sorted(k for k, make in CELLS.items() if isinstance(make(4, 4), RationalCell))
+EXTRA = {"rrnn-c-maxplus": lambda e, h: RRNNC(e, h, semiring="max-plus"),
+         "rrnn-3gram-maxplus-gated": lambda e, h: NGramRational(e, h, n=3, semiring="max-plus", output_gate=True)}
+
+needs_kernel = pytest.mark.skipif(not rational_fused.available(torch.zeros(1, 1, 1), "real", False),
+                                  reason=f"the C++ kernel is unavailable: {cpp.load_error('rational_scan')}")
+
+
+def _make(name, E=7, H=19, dtype=torch.float64, seed=0):
+    torch.manual_seed(seed)
+    cell = (EXTRA[name] if name in EXTRA else CELLS[name])(E, H).to(dtype)
+    with torch.no_grad():
+        for p in cell.parameters():
+            p.normal_(0, 0.6)
+    return cell
+
+
+def _mask(B, T):
+    m = torch.ones(B, T, dtype=torch.bool)
+    m[1, T - 3:] = False            # right padding
+    m[2, :2] = False                # left padding
+    m[3, T // 2] = False            # a hole
+    m[4] = False                    # nothing real at all
+    return m
+
+
+def _start(cell, B, dtype):
+    s = cell.initial_state(B, dtype)
+    g = torch.Generator().manual_seed(3)
+    noise = torch.randn(s.shape, generator=g, dtype=dtype)
+    if cell.sr.name == "real":
+        return noise
+    keep_zero = torch.rand(s.shape, generator=g) < 0.4        # some -inf (no path yet), some finite
+    return torch.where(keep_zero, s, noise)
+
+
+def _run(cell, x, mask, s0, fused, monkeypatch):
+    monkeypatch.setenv("RNNLENS_CPP", "1" if fused else "0")
+    assert rational_fused.available(x, cell.sr.name, cell.pattern == "f") == (
+        fused and (cell.sr.name == "real" or cell.pattern != "f"))
+    x = x.clone().requires_grad_()
+    s0 = None if s0 is None else s0.clone().requires_grad_()
+    cell.zero_grad(set_to_none=True)
+    h, final = cell(x, mask, s0)
+    g = torch.Generator().manual_seed(1)
+    loss = (h * torch.randn(h.shape, generator=g, dtype=h.dtype)).sum()
+    loss = loss + (final * torch.randn(final.shape, generator=g, dtype=final.dtype)).sum()
+    loss.backward()
+    grads = [x.grad] + ([s0.grad] if s0 is not None else []) + [p.grad for p in cell.parameters()]
+    return h.detach(), final.detach(), grads
+
+
+@needs_kernel
+@pytest.mark.parametrize("name", RATIONAL + sorted(EXTRA))
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("start", [False, True])
+def test_fused_equals_the_pytorch_scan(name, masked, start, monkeypatch):
+    cell = _make(name)
+    B, T = 5, 11
+    x = torch.randn(B, T, 7, dtype=torch.float64)
+    mask = _mask(B, T) if masked else None
+    s0 = _start(cell, B, torch.float64) if start else None
+    h1, f1, g1 = _run(cell, x, mask, s0, True, monkeypatch)
+    h0, f0, g0 = _run(cell, x, mask, s0, False, monkeypatch)
+    torch.testing.assert_close(h1, h0, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(f1, f0, rtol=1e-12, atol=1e-12)
+    assert len(g1) == len(g0)
+    for a, b in zip(g1, g0):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@needs_kernel
+@pytest.mark.parametrize("name", RATIONAL)
+def test_fused_equals_the_step_reference(name, monkeypatch):
+    """Independently of the PyTorch scan: the per-step equations of Appendix D."""
+    monkeypatch.setenv("RNNLENS_CPP", "1")
+    cell = _make(name, seed=4)
+    B, T = 5, 9
+    x = torch.randn(B, T, 7, dtype=torch.float64, requires_grad=True)
+    mask, noise = _mask(B, T), _start(cell, B, torch.float64)
+
+    def s0():
+        if cell.pattern != "f":
+            return noise
+        # a consistent start: the read-out block is p1 c_1 + p2 c_2 of the others
+        H = cell.hidden_size
+        p1, p2, _ = cell._pr(noise.dtype)
+        return torch.cat([noise[:, :2 * H], p1 * noise[:, :H] + p2 * noise[:, H:2 * H]], 1)
+
+    h, final = cell(x, mask, s0())
+    gh = torch.autograd.grad(h.sum() + final.sum(), [x] + list(cell.parameters()))
+    h_ref, final_ref = cell.step_loop(x, mask, s0())
+    gr = torch.autograd.grad(h_ref.sum() + final_ref.sum(), [x] + list(cell.parameters()))
+    torch.testing.assert_close(h, h_ref)
+    torch.testing.assert_close(final, final_ref)
+    for a, b in zip(gh, gr):
+        torch.testing.assert_close(a, b)
+
+
+@needs_kernel
+@pytest.mark.parametrize("name", ["rrnn-b", "rrnn-f", "rrnn-b-maxplus-gated"])
+def test_float32_and_long_inputs(name, monkeypatch):
+    cell64 = _make(name, E=16, H=37)
+    cell32 = _make(name, E=16, H=37).float()
+    B, T = 3, 300
+    x = torch.randn(B, T, 16, dtype=torch.float64) * 0.5
+    monkeypatch.setenv("RNNLENS_CPP", "1")
+    h32, f32 = cell32(x.float())
+    monkeypatch.setenv("RNNLENS_CPP", "0")
+    h64, f64 = cell64(x)
+    torch.testing.assert_close(h32.double(), h64, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(f32.double(), f64, rtol=1e-4, atol=1e-4)
+
+
+@needs_kernel
+def test_recurrent_dropout_is_the_same_draw(monkeypatch):
+    cell = _make("rrnn-c")
+    cell.recurrent_dropout = 0.3
+    cell.train()
+    x = torch.randn(4, 6, 7, dtype=torch.float64)
+    outs = []
+    for fused in (True, False):
+        monkeypatch.setenv("RNNLENS_CPP", "1" if fused else "0")
+        torch.manual_seed(11)
+        outs.append(cell(x)[0])
+    torch.testing.assert_close(outs[0], outs[1])
+    assert (outs[0] == 0).any()
+
+
+@needs_kernel
+def test_no_grad_inference_and_empty_batch(monkeypatch):
+    monkeypatch.setenv("RNNLENS_CPP", "1")
+    cell = _make("rrnn-f")
+    with torch.no_grad():
+        h, final = cell(torch.randn(2, 4, 7, dtype=torch.float64))
+        assert h.shape == (2, 4, 19) and final.shape == (2, 3 * 19)
+        h, final = cell(torch.randn(0, 4, 7, dtype=torch.float64))
+        assert h.shape == (0, 4, 19) and final.shape == (0, 3 * 19)
+        h, final = cell(torch.randn(2, 0, 7, dtype=torch.float64))    # no steps: the PyTorch path
+        assert h.shape == (2, 0, 19)
+
+
+def test_max_plus_rrnn_f_takes_the_pytorch_path():
+    assert not rational_fused.available(torch.zeros(1, 1, 1), "max-plus", True)
+    assert not rational_fused.available(torch.zeros(1, 1, 1, dtype=torch.bfloat16), "real", False)
+    cell = RRNNF(3, 2, semiring="max-plus")
+    h, _ = cell(torch.randn(2, 3, 3))
+    assert torch.isfinite(h).all()
+
+
+def test_switch_and_missing_compiler(monkeypatch):
+    monkeypatch.setenv("RNNLENS_CPP", "0")
+    assert not cpp.enabled()
+    assert not rational_fused.available(torch.zeros(1, 1, 1), "real", False)
+    monkeypatch.setenv("RNNLENS_CPP", "1")
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    monkeypatch.setattr(cpp, "_LOADED", {})
+    monkeypatch.setattr(cpp, "_ERRORS", {})
+    assert cpp.load("rational_scan") is False
+    assert "no C++ compiler" in cpp.load_error("rational_scan")
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
+def test_the_kernel_builds_where_a_compiler_is():
+    assert cpp.load("rational_scan"), cpp.load_error("rational_scan")
