@@ -2,8 +2,11 @@
 hidden dimension is the Forward score of a small weighted finite-state automaton (WFSA).
 
 All gates come from one input projection of all time steps; the recurrences are
-elementwise, c_t = f_t (x) c_{t-1} (+) u_t, run by ops.elementwise.elementwise_scan (a
-chunked two-pass scan with its own backward). In the real semiring (x) is * and (+) is +;
+elementwise, c_t = f_t (x) c_{t-1} (+) u_t. On the CPU, forward() runs the gates, every
+block's scan, the read-out and (without an output gate) the tanh in one C++ pass over time
+with its own backward (ops.rational_fused); elsewhere, and as its reference, the blocks run
+through ops.elementwise.elementwise_scan (a chunked two-pass scan with its own backward;
+one Triton kernel per direction on a GPU). In the real semiring (x) is * and (+) is +;
 in max-plus (x) is + and (+) is max, f is a log-gate and the state is the best path score.
 
     RRNN(B)      WFSA B (Figure 1, 2 states), Appendix D eq. 23 (and 24 in max-plus):
