@@ -10,7 +10,7 @@ from conftest import REPO, shared_data_dir
 from rnnlens.cli import main
 from rnnlens.repro import Row, Table, load_tables
 from rnnlens.repro.render import lines_of, markdown, to_html
-from rnnlens.repro.run import Context, RowResult, run_table, within
+from rnnlens.repro.run import ABOVE, Context, RowResult, run_table, within
 from rnnlens.repro.pipelines import no_upward_trend
 
 TABLES = load_tables()
@@ -48,20 +48,25 @@ def _table(tol, higher=True, rows=None):
 
 def test_tolerances():
     row = Row("GRU", 84.9)
-    assert within(_table({"abs": 2.0, "side": "below"}), row, 84.9, 83.0) is True
-    assert within(_table({"abs": 2.0, "side": "below"}), row, 84.9, 82.8) is False
+    acc = _table({"abs": 1.5})
+    assert within(acc, row, 84.9, 83.4) is True
+    assert within(acc, row, 84.9, 83.3) is False
+    assert within(acc, row, 84.9, 86.4) is True
+    assert within(acc, row, 84.9, 86.5) == ABOVE                   # far above the paper: flagged
     assert within(_table({"abs": 2.0, "side": "below"}), row, 84.9, 99.0) is True       # only a shortfall
-    assert within(_table({"abs": 2.0, "side": "below"}, higher=False), row, 100.0, 101.5) is True
-    assert within(_table({"abs": 2.0, "side": "below"}, higher=False), row, 100.0, 103.0) is False
-    assert within(_table({"abs": 1.0}), row, 84.9, 83.8) is False
+    ppl = _table({"rel": 0.1}, higher=False)
+    assert within(ppl, row, 100.0, 110.0) is True
+    assert within(ppl, row, 100.0, 110.5) is False
+    assert within(ppl, row, 100.0, 90.0) is True
+    assert within(ppl, row, 100.0, 89.0) == ABOVE                  # far better than the paper: flagged
     assert within(_table({"max": 0.1}), row, None, 0.1) is True
     assert within(_table({"max": 0.1, "rows": ["other"]}), row, None, 0.5) is None         # not this row's
     assert within(_table(None), row, 84.9, 10.0) is None
     own = Row("MVMA-G", 85.3, extra={"tolerance": {"min": 84.0}})
     assert within(_table({"abs": 0.1}), own, 85.3, 84.0) is True                           # the row's own wins
     rel = Row("MVMA-G (PTB)", None, extra={"tolerance": {"rel": 0.1, "relative_to": "GRU (PTB)"}})
-    assert within(_table(None), rel, None, 109.0, reference=100.0) is True
-    assert within(_table(None), rel, None, 111.0, reference=100.0) is False
+    assert within(_table(None, higher=False), rel, None, 109.0, reference=100.0) is True
+    assert within(_table(None, higher=False), rel, None, 111.0, reference=100.0) is False
 
 
 def test_no_upward_trend():

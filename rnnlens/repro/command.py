@@ -10,6 +10,7 @@ from pathlib import Path
 from ..argtypes import SEED, SIZE
 from ..errors import RnnlensError
 from . import default_configs_dir, get_table, load_tables
+from .records import default_results_dir
 from .run import BUDGETS, Context, missing_data, run_table
 
 
@@ -68,6 +69,8 @@ def cmd_repro(args) -> int:
     if args.list:
         print(list_text(data_dir))
         return 0
+    if args.render:
+        return _render(args)
     if not args.tables:
         raise RnnlensError("name a table (or 'all'); `rnnlens repro --list` shows them")
     if not args.out:
@@ -95,21 +98,83 @@ def cmd_repro(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RnnlensError(f"cannot create output folder {out}: {e.strerror}") from None
+    results = Path(args.results) if args.results else (None if args.tiny else default_results_dir())
+    if results is not None and results.exists() and not results.is_dir():
+        raise RnnlensError(f"--results {results} is not a folder")
     ctx = Context(out=out, budget=args.budget, seeds=args.seeds, seed0=args.seed, data_dir=data_dir,
                   configs=configs, threads=args.threads, device=args.device, progress=not args.quiet,
-                  tiny=args.tiny)
+                  tiny=args.tiny, results=results, command=_command_text(args))
     from ..outfiles import writing
     from .render import markdown, to_html, to_json
 
     with writing(out):                  # one repro at a time in DIR: its runs/ are shared
         for t in tables:
-            results = run_table(ctx, t, selected)
-            md = markdown(t, results, ctx)
-            _write_atomic(out / f"{t.id}.json", to_json(t, results, ctx))
-            _write_atomic(out / f"{t.id}.html", to_html(t, results, ctx))
+            results_ = run_table(ctx, t, selected)
+            md = markdown(t, results_, ctx)
+            _write_atomic(out / f"{t.id}.json", to_json(t, results_, ctx))
+            _write_atomic(out / f"{t.id}.html", to_html(t, results_, ctx))
             _write_atomic(out / f"{t.id}.md", md)
+            if results is not None:
+                _record_table(results, t, results_rows(results, t, json.loads(to_json(t, results_, ctx))), ctx)
             print(md)
-    print(f"wrote {out}")
+    print(f"wrote {out}" + (f" (records under {results})" if results is not None else ""))
+    return 0
+
+
+def results_rows(results: Path, table, new: dict) -> list[dict]:
+    """The table's rows for its record: this run's, then the rows an earlier record had that
+    this run did not produce (a --rows rerun keeps the others), in the table's order."""
+    from .records import read_tables
+
+    old = {r["label"]: r for r in (read_tables(results).get(table.id) or {}).get("rows") or []}
+    mine = {r["label"]: r for r in new["rows"]}
+    return [mine.get(r.label) or old[r.label] for r in table.rows if r.label in mine or r.label in old]
+
+
+def _record_table(results: Path, table, rows: list[dict], ctx: Context) -> None:
+    from .records import write_table
+
+    write_table(results, table.id, {"table": table.id, "paper": table.paper, "source": table.source,
+                                    "command": ctx.command, "rows": rows})
+
+
+def _command_text(args) -> str:
+    """The repro command as records keep it: the arguments that decide the numbers, with paths
+    made portable."""
+    from .records import portable
+
+    parts = ["rnnlens", "repro", *args.tables, "--budget", args.budget]
+    if args.seeds != 1:
+        parts += ["--seeds", str(args.seeds)]
+    if args.seed:
+        parts += ["--seed", str(args.seed)]
+    if args.data_dir:
+        parts += ["--data-dir", portable(args.data_dir)]
+    parts += ["--out", portable(args.out)]
+    if args.threads:
+        parts += ["--threads", str(args.threads)]
+    if args.device != "cpu":
+        parts += ["--device", args.device]
+    for r in args.rows or []:
+        parts += ["--rows", r]
+    if args.tiny:
+        parts.append("--tiny")
+    return " ".join(f'"{p}"' if (" " in p or "(" in p) else p for p in parts)
+
+
+def _render(args) -> int:
+    from .report import render
+
+    results = Path(args.results) if args.results else default_results_dir()
+    if results is None or not results.is_dir():
+        raise RnnlensError(f"--render needs the records folder: --results DIR ({results or 'no checkout here'} "
+                           "is not a folder)")
+    text = render(results)
+    if args.out:
+        _write_atomic(Path(args.out), text)
+        print(f"wrote {args.out}")
+    else:
+        print(text, end="")
     return 0
 
 
@@ -129,6 +194,10 @@ def add_parser(sub) -> None:
     rp.add_argument("--rows", action="append", metavar="TEXT",
                     help="run only the rows whose label contains TEXT (repeat for several); the "
                     "table's other rows are kept where DIR/runs has their runs, and nothing is trained for them")
+    rp.add_argument("--results", help="the records folder: every run's record and every table's rows are written "
+                    "there and reused from there (default: the checkout's results/; --tiny writes none unless given)")
+    rp.add_argument("--render", action="store_true", help="write REPRODUCTION.md from the records alone (--results) "
+                    "to --out FILE, or print it")
     rp.add_argument("--tiny", action="store_true", help="every run on a tiny slice for 1 epoch (smoke test)")
     rp.add_argument("--quiet", action="store_true")
     rp.set_defaults(func=cmd_repro)

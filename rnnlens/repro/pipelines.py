@@ -44,7 +44,7 @@ def dyck_row(ctx: Context, table: Table, row: Row) -> RowResult:
         return _dyck_majority(ctx, row)
     if row.config is None:
         return RowResult(row, status="no config", note=row.note)
-    res = per_seed(ctx, row, lambda run: _errors(run.test["test_by_attractors"]))
+    res = per_seed(ctx, row, lambda run: _errors(run.test["test_by_attractors"]), weights=False)
     tol = row.extra.get("tolerance") or {}
     if tol.get("no_upward_trend") and res.values:
         worst = max(max(v.values()) for v in res.values)
@@ -73,7 +73,7 @@ def _dyck_majority(ctx: Context, row: Row) -> RowResult:
 
 @kind("crossserial-by-length")
 def crossserial_row(ctx: Context, table: Table, row: Row) -> RowResult:
-    res = per_seed(ctx, row, lambda run: _errors(run.test["test_by_length"]))
+    res = per_seed(ctx, row, lambda run: _errors(run.test["test_by_length"]), weights=False)
     if res.values:
         mean = sum(sum(v.values()) / max(len(v), 1) for v in res.values) / len(res.values)
         res.checks.append(("mean error over lengths", f"{mean:.3f}", None))
@@ -87,7 +87,7 @@ def agreement_row(ctx: Context, table: Table, row: Row) -> RowResult:
     if row.extra.get("eval") != "lm-agreement":
         return per_seed(ctx, row, lambda run: {k: float(v["accuracy"]) for k, v in
                                             sorted(run.test["test_by_attractors"].items(), key=lambda kv: int(kv[0]))
-                                            if v.get("n")})
+                                            if v.get("n")}, weights=False)
 
     def lm_eval(run):
         from ..analysis.agreement import agreement_lm_eval

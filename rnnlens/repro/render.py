@@ -142,8 +142,17 @@ td.ok{{background:#e3f6e3}}td.off{{background:#fbe3e3}}</style></head>
 def to_json(table: Table, results: list[RowResult], ctx: Context) -> str:
     return json.dumps({"table": table.id, "paper": table.paper, "source": table.source, "budget": ctx.budget,
                        "tiny": ctx.tiny, "seeds": ctx.seeds, "metric": table.metric, "tolerance": table.tolerance,
-                       "rows": [{"label": r.row.label, "status": r.status, "values": r.values, "paper": r.row.paper,
-                                 "budget": r.budget, "data_used": r.data_used, "note": r.note,
-                                 "seconds": round(r.seconds, 1), "runs": r.runs} for r in results],
+                       "rows": [row_record(r) for r in results],
                        "lines": [{k: v for k, v in line.items() if k not in ("digits", "row_id")}
                                  for line in lines_of(table, results)]}, indent=2)
+
+
+def row_record(r: RowResult) -> dict:
+    """One row as the table records keep it (results/tables/<table>.json; rnnlens.repro.report
+    reads it back): runs by folder name, no paths."""
+    from pathlib import Path
+
+    return {"label": r.row.label, "status": r.status, "values": r.values, "paper": r.row.paper,
+            "budget": r.budget, "budget_name": r.budget_name, "data_used": r.data_used, "note": r.note,
+            "checks": [list(c) for c in r.checks], "check_prefix": r.check_prefix,
+            "seconds": round(r.seconds, 1), "runs": [Path(p).name for p in r.runs]}

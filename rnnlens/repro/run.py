@@ -37,6 +37,8 @@ class Context:
     progress: bool = True
     tiny: bool = False               # the smoke test: caps every run to a few examples, 1 epoch
     reuse_only: bool = False         # a row --rows left out: from runs DIR/runs already has, or not at all
+    results: Path | None = None      # where run and table records go (rnnlens.repro.records); None: nowhere
+    command: str = ""                # the repro command line, as the records keep it
 
     def log(self, msg: str) -> None:
         if self.progress:
@@ -49,11 +51,13 @@ class NotRun(Exception):
 
 @dataclass
 class Run:
-    """One trained model of a row: its test record, config and directory."""
+    """One trained model of a row: its test record, config and directory (for a run reused
+    from its record alone, the record's folder: no weights)."""
     test: dict
     cfg: object
     path: Path
     seconds: float
+    from_record: bool = False
 
 
 @dataclass
@@ -67,6 +71,7 @@ class RowResult:
     checks: list = field(default_factory=list)   # (what, our value as text, passed: bool | None)
     check_prefix: str | None = None                # the checks' label prefix (default: the row's label)
     runs: dict = field(default_factory=dict)      # run folder -> its training seconds
+    budget_name: str = ""                          # quick | full | tiny: the budget its runs had
 
     @property
     def seconds(self) -> float:
@@ -133,12 +138,14 @@ def budget_text(cfg) -> str:
 
 
 def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None = None,
-                   init_from: Path | None = None) -> Run:
+                   init_from: Path | None = None, weights: bool = True) -> Run:
     """The run of `config` (with `overrides`, {section: {key: value}}) and seed `seed` at
-    ctx's budget: reused when DIR/runs has its test record of the same settings, trained
-    otherwise (written atomically: a killed run leaves no half folder). init_from: a run
-    folder whose weights it starts from (train.init_from); the run is reused only while
-    that folder holds the same weights it started from."""
+    ctx's budget: reused when DIR/runs has its test record of the same settings, or (when
+    the caller needs no weights, and the run starts from none) when ctx.results has its
+    record; trained otherwise (written atomically: a killed run leaves no half folder).
+    init_from: a run folder whose weights it starts from (train.init_from); the run is
+    reused only while that folder holds the same weights it started from. Every run used
+    is recorded under ctx.results."""
     from ..train.checkpoint import output_dir
     from ..train.config import Config
     from ..train.resume import MAY_CHANGE, config_differences
@@ -171,7 +178,13 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
             changed = [f"train.init_from: {init_from} holds other weights than those it started from"]
         if not changed:
             ctx.log(f"reusing {path}")
-            return Run(test, cfg, path, float(info.get("seconds", 0.0)))
+            run = Run(test, cfg, path, float(info.get("seconds", 0.0)))
+            _record(ctx, run, config, seed, tag, start)
+            return run
+    if not weights and init_from is None:
+        run = _from_record(ctx, cfg, path.name)
+        if run is not None:
+            return run
     if ctx.reuse_only:
         raise NotRun(path)
     if changed:
@@ -189,7 +202,41 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     test = _test_record(path)            # the metrics.jsonl record, as a reused run reads it
     if not res.test or test is None:
         raise RnnlensError(f"{config}: the run wrote no test record")
-    return Run(test, cfg, path, seconds)
+    run = Run(test, cfg, path, seconds)
+    _record(ctx, run, config, seed, tag, start)
+    return run
+
+
+def _record(ctx: Context, run: Run, config: str, seed: int, tag: str, start: str | None) -> None:
+    if ctx.results is None:
+        return
+    from . import records
+
+    d = run.cfg.to_dict()
+    init = None
+    if start is not None:
+        init = {"run": Path(d["train"]["init_from"]).name, "sha256": start}
+        d["train"]["init_from"] = init["run"]
+    records.write_run(ctx.results, run.path, config_file=f"configs/{config}", cfg=d, seed=seed, budget=tag,
+                      seconds=run.seconds, test=run.test, command=ctx.command, threads=d["train"].get("threads"),
+                      device=d["train"].get("device", "cpu"), init_from=init)
+
+
+def _from_record(ctx: Context, cfg, name: str) -> Run | None:
+    """The run `name` from its record under ctx.results when the record's config is cfg's."""
+    from ..train.resume import MAY_CHANGE, config_differences
+    from . import records
+
+    rec = records.read_run(ctx.results, name)
+    if rec is None or not isinstance(rec.get("config"), dict):
+        return None
+    ignore = {"train": MAY_CHANGE, "data": ("data_dir",)}
+    changed = config_differences(rec["config"], records.portable_config(cfg.to_dict()), ignore)
+    if changed:
+        ctx.log(f"the record of {name} has other settings ({'; '.join(changed[:3])}): not reused")
+        return None
+    ctx.log(f"reusing the record of {name} (results/{records.RUNS}/{name})")
+    return Run(rec["test"], cfg, ctx.results / records.RUNS / name, float(rec.get("seconds", 0.0)), from_record=True)
 
 
 def _read_json(p: Path):
@@ -244,16 +291,18 @@ def _scaled(v, scale):
     return None if v is None else float(v) * scale
 
 
-def per_seed(ctx: Context, row: Row, fn) -> RowResult:
-    """Train or reuse the row's run for each seed; its values are fn(run)."""
-    res = RowResult(row)
+def per_seed(ctx: Context, row: Row, fn, weights: bool = True) -> RowResult:
+    """Train or reuse the row's run for each seed; its values are fn(run). weights=False: fn
+    reads only run.test, so a run's record may stand in for the run (see train_or_reuse)."""
+    res = RowResult(row, budget_name="tiny" if ctx.tiny else ctx.budget)
     for s in range(ctx.seeds):
         start = None
         if row.extra.get("init_from"):        # a second phase: first the run it starts from
             start = train_or_reuse(ctx, row.extra["init_from"], ctx.seed0 + s)
             res.runs[str(start.path)] = round(start.seconds, 1)
         run = train_or_reuse(ctx, row.config or row.extra["base_config"], ctx.seed0 + s,
-                             row.extra.get("overrides"), init_from=None if start is None else start.path)
+                             row.extra.get("overrides"), init_from=None if start is None else start.path,
+                             weights=weights)
         res.values.append(fn(run))
         res.runs[str(run.path)] = round(run.seconds, 1)
         res.budget = budget_text(run.cfg)
@@ -264,7 +313,7 @@ def per_seed(ctx: Context, row: Row, fn) -> RowResult:
 @kind("train")
 def run_train_row(ctx: Context, table: Table, row: Row) -> RowResult:
     """Train the row's config per seed and read the table's metric from the test record."""
-    return per_seed(ctx, row, lambda run: metric_value(table, row, run.test))
+    return per_seed(ctx, row, lambda run: metric_value(table, row, run.test), weights=False)
 
 
 def data_used_text(cfg) -> str:
@@ -333,12 +382,16 @@ def tolerance_for(table: Table, row: Row) -> dict:
     return tol
 
 
-def within(table: Table, row: Row, paper, ours, reference: float | None = None) -> bool | None:
-    """Is ours within the tolerance (None: none set, or no numbers)? {"abs": a}: |ours -
-    paper| <= a, or with "side": "below" only a shortfall counts (below for a higher-is-better
-    metric, above otherwise); {"rel": r}: |ours - ref| <= r |ref|, ref the paper's number or,
-    with "relative_to": LABEL, our value of that row (`reference`); {"max": m}: ours <= m;
-    {"min": m}: ours >= m."""
+ABOVE = "above"      # a verdict: better than the paper by more than the tolerance
+
+
+def within(table: Table, row: Row, paper, ours, reference: float | None = None) -> bool | str | None:
+    """Is ours within the tolerance? True, False (worse than the paper by more than it),
+    ABOVE (better than the paper by more than it: flagged, not passed), or None (none set,
+    or no numbers). {"abs": a}: |ours - paper| <= a, or with "side": "below" only a
+    shortfall counts (below for a higher-is-better metric, above otherwise); {"rel": r}:
+    |ours - ref| <= r |ref|, ref the paper's number or, with "relative_to": LABEL, our value
+    of that row (`reference`); {"max": m}: ours <= m; {"min": m}: ours >= m."""
     tol = tolerance_for(table, row)
     if ours is None or not tol:
         return None
@@ -346,14 +399,19 @@ def within(table: Table, row: Row, paper, ours, reference: float | None = None) 
         return ours <= tol["max"]
     if tol.get("min") is not None:
         return ours >= tol["min"]
+    higher = table.metric.get("higher_is_better", True) is not False
     if tol.get("rel") is not None:
         ref = reference if tol.get("relative_to") else paper
         if not isinstance(ref, (int, float)):
             return None
-        return abs(ours - ref) <= tol["rel"] * abs(ref)
-    if tol.get("abs") is not None and isinstance(paper, (int, float)):
-        if tol.get("side") == "below":
-            higher = table.metric.get("higher_is_better", True) is not False
-            return ours >= paper - tol["abs"] if higher else ours <= paper + tol["abs"]
-        return abs(ours - paper) <= tol["abs"]
-    return None
+        margin = tol["rel"] * abs(ref)
+    elif tol.get("abs") is not None and isinstance(paper, (int, float)):
+        ref, margin = paper, tol["abs"]
+    else:
+        return None
+    better = ours - ref if higher else ref - ours          # > 0: better than the reference
+    if better < -margin:
+        return False
+    if better > margin and tol.get("side") != "below":
+        return ABOVE
+    return True

@@ -1,0 +1,172 @@
+"""Run records: what every number in REPRODUCTION.md stands on, kept in the repository.
+
+    results/runs/<run>/record.json     one trained model: its resolved config, the command,
+                                       rnnlens and torch versions, commit, device, threads,
+                                       seed, budget, wall time and its test record
+    results/runs/<run>/metrics.jsonl   its training log, as `rnnlens train` wrote it
+    results/tables/<table>.json        one table's rows as `rnnlens repro` computed them, with
+                                       the runs each row read and the command that ran it
+
+No weights: a record is a few KB. `rnnlens repro` writes them as it trains or reuses runs,
+reuses a record instead of training again when the row needs only the test record and the
+record's config is the row's, and `rnnlens repro --render` writes REPRODUCTION.md from these
+files alone (rnnlens.repro.report). Paths are stored relative to the repository (a dataset
+folder as it was given, relative), never the machine's absolute paths.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+RUNS, TABLES = "runs", "tables"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def default_results_dir() -> Path | None:
+    """results/ of the checkout this package runs from (an editable install), if there."""
+    p = REPO / "results"
+    return p if (REPO / "configs").is_dir() else None
+
+
+def portable(path) -> str:
+    """A path as a record keeps it: relative to the repository (or the working folder) where
+    it can be, else its last two parts; never an absolute path of this machine."""
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_absolute():
+        return p.as_posix()
+    # beside the repository (../shared/data) or under the working folder: relative to it
+    for base, under in ((REPO, REPO.parent), (Path.cwd(), Path.cwd())):
+        if p.is_relative_to(under):
+            return Path(os.path.relpath(p, base)).as_posix()
+    return Path(*p.parts[-2:]).as_posix()
+
+
+def portable_command(argv: list[str]) -> str:
+    """`rnnlens ARGS` with every absolute path in ARGS made portable."""
+    return " ".join(["rnnlens"] + [portable(a) if a.startswith("/") else a for a in argv])
+
+
+def commit() -> str | None:
+    """The checkout's commit (with "+changes" when its tracked files differ), or None."""
+    if not (REPO / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+changes" if dirty else "")) or None
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()}-core {platform.machine()} ({cpu}), {platform.system()}"
+
+
+def environment() -> dict:
+    import torch
+
+    from .. import __version__
+
+    return {"rnnlens": __version__, "commit": commit(), "torch": torch.__version__,
+            "python": platform.python_version(), "machine": machine()}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def portable_config(cfg: dict) -> dict:
+    """The resolved config with its paths made portable (the data folder, vectors files)."""
+    out = json.loads(json.dumps(cfg))
+    for section in out.values():
+        if isinstance(section, dict):
+            for k, v in section.items():
+                if isinstance(v, str) and v.startswith("/"):
+                    section[k] = portable(v)
+    return out
+
+
+def write_run(results: Path, run_dir: Path, *, config_file: str, cfg: dict, seed: int, budget: str, seconds: float,
+              test: dict, command: str, threads, device: str, init_from: dict | None = None) -> Path:
+    """results/runs/<run>/ for the trained run folder run_dir (its metrics.jsonl is copied)."""
+    folder = results / RUNS / run_dir.name
+    rec = {"run": run_dir.name, "config_file": config_file, "seed": seed, "budget": budget,
+           "seconds": round(float(seconds), 1), "threads": threads, "device": device, "command": command,
+           "recorded": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", **environment(),
+           "init_from": init_from, "test": test, "config": portable_config(cfg)}
+    old = read_run(results, run_dir.name)
+    if old is not None and {k: v for k, v in old.items() if k not in _VOLATILE} == \
+            {k: v for k, v in rec.items() if k not in _VOLATILE}:
+        return folder                 # the same run recorded before: keep its first record
+    folder.mkdir(parents=True, exist_ok=True)
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file():
+        tmp = folder / ".metrics.jsonl.tmp"
+        shutil.copyfile(metrics, tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, folder / "metrics.jsonl")
+    _write_atomic(folder / "record.json", json.dumps(rec, indent=1) + "\n")
+    return folder
+
+
+# what may differ between two records of the same run without it being another run
+_VOLATILE = ("recorded", "command", "commit", "rnnlens", "python", "machine", "threads")
+
+
+def read_run(results: Path | None, name: str) -> dict | None:
+    if results is None:
+        return None
+    try:
+        rec = json.loads((results / RUNS / name / "record.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("test"), dict) else None
+
+
+def write_table(results: Path, table_id: str, record: dict) -> Path:
+    path = results / TABLES / f"{table_id}.json"
+    _write_atomic(path, json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def read_tables(results: Path) -> dict[str, dict]:
+    """Every table record under results/tables, by table id."""
+    out = {}
+    folder = results / TABLES
+    if not folder.is_dir():
+        return out
+    for p in sorted(folder.glob("*.json")):
+        try:
+            rec = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and "table" in rec:
+            out[rec["table"]] = rec
+    return out

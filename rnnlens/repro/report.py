@@ -1,0 +1,188 @@
+"""REPRODUCTION.md from the records under results/ alone: `rnnlens repro --render`.
+
+Every number comes from results/tables/<table>.json (what `rnnlens repro` computed) and the
+run records it names (results/runs/); the papers' numbers and tolerances from the package's
+tables; the text around them from results/notes/<table>.md where a note was written (prose:
+the causes of a miss, what was tried; it cites records, not numbers of its own). Rendering
+twice gives the same file, so a test can compare it with the committed REPRODUCTION.md.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import Row, Table, load_tables
+from .records import RUNS, read_run, read_tables
+from .render import lines_of
+from .run import ABOVE, RowResult
+
+PAPERS = {
+    "implicit-ngrams-induced-by-recurrence": "Implicit n-grams induced by recurrence (Sun & Lu)",
+    "gru-lstm-sequence-level-features": "Sequence-level features of GRUs and LSTMs (Sun & Lu)",
+    "rational-recurrences": "Rational recurrences (Peng, Schwartz, Thomson & Smith)",
+    "unitary-recurrent-networks": "Unitary recurrent networks (Bernardy & Lappin)",
+    "recurrent-memory-networks": "Recurrent memory networks (Tran, Bisazza & Monz)",
+}
+
+INTRO = """# Reproduction
+
+Written by `rnnlens repro --render` from the records under `results/` alone (do not edit it
+by hand: change the records, or rerun the rows, and render again). Each table section names
+the command that computed it; `results/tables/TABLE.json` holds its rows and the runs each
+row read, and `results/runs/RUN/` each run's record (resolved config, command, versions,
+commit, device, threads, seed, budget, wall time, test metrics) and its `metrics.jsonl`.
+
+- Budgets: `full` is the paper's setting (each config as written); `quick` caps epochs and
+  examples (the config's `budgets.quick`) so that a run takes minutes on a CPU. Every row
+  names its budget, and a quick-budget row is never counted as reproduced.
+- Verdicts, from each table's tolerance (accuracy and F1: within 1.5 points of the paper;
+  perplexity: within 10%; a paper's own criterion where it states one): **reproduced** (full
+  budget, within), **within (quick)** (a quick budget that lands within), **missed** (worse by
+  more than the tolerance), **above the paper** (better by more than the tolerance: flagged
+  for a look, not passed), and orderings the paper states, checked on our own numbers.
+- A dataset a paper used that is not in the shared data gives a row marked "missing data",
+  never a substitute. `rnnlens repro --list` shows every table and what it needs.
+"""
+
+VERDICT = {"reproduced": "reproduced", "within-quick": "within (quick)", "missed": "missed",
+           "above": "above the paper", "": ""}
+
+
+def _verdict(ok, budget_name: str) -> str:
+    if ok is True:
+        return "reproduced" if budget_name == "full" else "within-quick"
+    if ok is False:
+        return "missed"
+    if ok == ABOVE:
+        return "above"
+    return ""
+
+
+def _result_of(table: Table, row: Row, rec: dict) -> RowResult:
+    return RowResult(row, status=rec.get("status", "ok"), values=list(rec.get("values") or []),
+                     budget=rec.get("budget", ""), data_used=rec.get("data_used", ""), note=rec.get("note", ""),
+                     checks=[tuple(c) for c in rec.get("checks") or []], check_prefix=rec.get("check_prefix"),
+                     runs={r: 0.0 for r in rec.get("runs") or []}, budget_name=rec.get("budget_name", ""))
+
+
+def table_results(table: Table, rec: dict) -> list[RowResult]:
+    """The recorded rows of `table`, in the table's order (rows it no longer has are dropped)."""
+    by_label = {r["label"]: r for r in rec.get("rows") or []}
+    return [_result_of(table, row, by_label[row.label]) for row in table.rows if row.label in by_label]
+
+
+def ordering_checks(table: Table, results: list[RowResult]) -> list[tuple[str, str, bool | None]]:
+    """The table's stated orderings (tolerance "order": [[a, "<", b], ...]) on our means."""
+    from .run import mean_std
+
+    means = {r.row.label: mean_std(r.values)[0] for r in results if r.status == "ok"}
+    out = []
+    for a, op, b in (table.tolerance or {}).get("order") or []:
+        x, y = means.get(a), means.get(b)
+        if x is None or y is None:
+            out.append((f"{a} {op} {b}", "not both run", None))
+            continue
+        ok = x < y if op == "<" else x > y
+        out.append((f"{a} {op} {b}", f"{x:.2f} {op if ok else ('>=' if op == '<' else '<=')} {y:.2f}", ok))
+    return out
+
+
+def _tolerance_text(table: Table) -> str:
+    tol = table.tolerance or {}
+    text = tol.get("criterion") or tol.get("source") or ""
+    if not text:
+        text = ", ".join(f"{k} {v}" for k, v in tol.items() if k not in ("rows", "side", "order") and v is not None)
+    return text or "none set"
+
+
+def _fmt(v, digits):
+    if v is None:
+        return "--"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}" if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
+    return str(v)
+
+
+def _ours(line) -> str:
+    if line.get("ours_text") is not None:
+        return line["ours_text"]
+    if line["status"] != "ok":
+        return line["status"]
+    s = _fmt(line["mean"], line["digits"])
+    if line["std"] is not None:
+        s += f" ± {_fmt(line['std'], line['digits'])}"
+    return s + (f" (n={line['n']})" if line["n"] > 1 else "")
+
+
+def table_markdown(table: Table, rec: dict, results_dir: Path) -> tuple[str, list[str]]:
+    """(the table's section, the verdict of each of its result rows)."""
+    results = table_results(table, rec)
+    budget_of = {r.row.label: r.budget_name for r in results}
+    out = [f"### {table.id}: {table.title}", ""]
+    if rec.get("command"):
+        out += ["```bash", rec["command"], "```", ""]
+    m = table.metric
+    unit = f" ({m.get('unit')})" if m.get("unit") else ""
+    out += [f"- paper: {table.paper}, {table.source}", f"- metric: {m.get('name', m.get('key', ''))}{unit}",
+            f"- tolerance: {_tolerance_text(table)}"]
+    if table.pipeline:
+        out.append(f"- pipeline: {table.pipeline}")
+    out += ["", "| row | dataset | paper | ours | ours - paper | verdict | budget | data used | runs | note |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    verdicts = []
+    by_id = {id(r): r for r in results}
+    seen = set()
+    for line in lines_of(table, results):
+        res = by_id[line["row_id"]]
+        bname = res.budget_name
+        v = _verdict(line["ok"], bname)
+        if v:
+            verdicts.append(v)
+        budget, runs = line["budget"], ""
+        if line["row_id"] not in seen:               # budget and runs once per row, on its first line
+            seen.add(line["row_id"])
+            budget = f"{bname}: {budget}" if bname and budget else (budget or bname)
+            runs = ", ".join(f"`{n}`" if read_run(results_dir, n) is not None else f"`{n}` (no record)"
+                             for n in res.runs)
+        cells = [line["label"], line["dataset"], _fmt(line["paper"], line["digits"]), _ours(line),
+                 _fmt(line["diff"], line["digits"]), VERDICT[v], budget, line["data"], runs, line["note"]]
+        out.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+    for what, ours, ok in ordering_checks(table, results):
+        v = "reproduced" if ok and all(budget_of.get(x) == "full" for x in what.split(" < ")) else \
+            ("within-quick" if ok else ("missed" if ok is False else ""))
+        verdicts.append(v)
+        out.append(f"| ordering: {what} | | | {ours} | | {VERDICT[v]} | | | | the paper's ordering |")
+    note = results_dir / "notes" / f"{table.id}.md"
+    if note.is_file():
+        out += ["", note.read_text(encoding="utf-8").strip()]
+    return "\n".join(out) + "\n", verdicts
+
+
+def render(results_dir: Path) -> str:
+    """REPRODUCTION.md from results_dir (see the module docstring)."""
+    tables = load_tables()
+    recs = read_tables(results_dir)
+    sections: dict[str, list[str]] = {}
+    summary = []
+    for tid, table in tables.items():
+        if tid not in recs:
+            continue
+        text, verdicts = table_markdown(table, recs[tid], results_dir)
+        sections.setdefault(table.paper, []).append(text)
+        count = {k: verdicts.count(k) for k in ("reproduced", "within-quick", "missed", "above")}
+        shown = sum(1 for r in recs[tid].get("rows") or [] if r.get("status") == "ok")
+        summary.append(f"| {tid} | {shown} of {len(table.rows)} | {count['reproduced']} | {count['within-quick']} | "
+                       f"{count['missed']} | {count['above']} |")
+    runs = sorted(p.name for p in (results_dir / RUNS).iterdir()) if (results_dir / RUNS).is_dir() else []
+    out = [INTRO, "## Summary", "",
+           f"{len(recs)} tables with results, from {len(runs)} recorded runs. Counts are of result lines "
+           "(a row with numbers per attractor count or per length has one line each) and stated orderings.", "",
+           "| table | rows with results | reproduced | within (quick) | missed | above the paper |",
+           "|---|---|---|---|---|---|", *summary, ""]
+    for paper, texts in sections.items():
+        out += [f"## {PAPERS.get(paper, paper)}", ""]
+        for t in texts:
+            out += [t]
+    notes = results_dir / "notes" / "README.md"
+    if notes.is_file():
+        out += ["## Not run yet, and what stands in the way", "", notes.read_text(encoding="utf-8").strip(), ""]
+    return "\n".join(out).rstrip() + "\n"
