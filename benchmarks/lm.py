@@ -45,7 +45,7 @@ def _model(kind: str, hidden: int, vocab: int):
     from torch import nn
 
     from rnnlens.models import RNNModel
-    from rnnlens.train.config import ModelConfig
+    from rnnlens.config import ModelConfig
 
     if kind == "torch.nn.LSTM":
         class LM(nn.Module):

@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     import torch
 
     from rnnlens.data.batching import BatchIterator
-    from rnnlens.train.config import Config, load_config_file
+    from rnnlens.config import Config, load_config_file
     from rnnlens.train.run import build_vocab, load_data
 
     torch.set_num_threads(args.threads)

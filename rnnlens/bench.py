@@ -16,7 +16,7 @@ import torch
 
 from .data.batching import Batch
 from .models import RNNModel
-from .train.config import ModelConfig
+from .config import ModelConfig
 
 VOCAB = 5000
 

@@ -27,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
 def _config_type(where: str, typ):
     """The argparse type of a config flag: its text parsed as the field's type (the range is
     Config.validate's to check, naming the field)."""
-    from .train.config import parse_flag
+    from .config import parse_flag
 
     def parse(text: str):
         try:
@@ -38,7 +38,7 @@ def _config_type(where: str, typ):
 
 
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
-    from .train.config import TASKS, flat_fields
+    from .config import TASKS, flat_fields
 
     g = p.add_argument_group("config overrides (each also settable in --config)")
     from .cells import CELLS
@@ -92,7 +92,7 @@ def _train(args, out, dist) -> int:
     import shlex
 
     from .train import distributed
-    from .train.config import Config, load_config_file
+    from .config import Config, load_config_file
     from .train.resume import Checkpoints, config_differences, partial_dir, training_dir
     from .train.run import train_run
 
@@ -471,7 +471,7 @@ def cmd_negation(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .viz.model_report import build_report
+    from .app.report import build_report
 
     build_report(args.model, args.out, data_dir=args.data_dir, sentences=args.text, n_samples=args.samples,
                  faithfulness_sentences=args.faithfulness_sentences, negation=not args.no_negation,
@@ -532,7 +532,7 @@ def _explain_document(args, model, vocab, tokens, labels) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .version import __version__
 
     p = _Parser(prog="rnnlens", description="Train recurrent networks and read what they compute as n-grams.")
     p.add_argument("--version", action="version", version=f"rnnlens {__version__}")

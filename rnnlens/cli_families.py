@@ -74,7 +74,8 @@ def cmd_wfsa(args) -> int:
 
 
 def cmd_faithfulness(args) -> int:
-    from .analysis.faithfulness import format_table, run_on_checkpoint
+    from .analysis.faithfulness import format_table
+    from .app.faithfulness import run_on_checkpoint
 
     res = run_on_checkpoint(args.model, data_dir=args.data_dir, split=args.split, max_k=args.max_k,
                             max_sentences=args.sentences, methods=tuple(args.methods), seed=args.seed,

@@ -16,7 +16,7 @@ from .analysis.sentence import explain_text
 from .data.synthetic import FORMS, NEGATIVE, POSITIVE
 from .data.tokenize import Tokenizer
 from .train.checkpoint import output_dir
-from .train.config import Config
+from .config import Config
 from .train.run import train_run
 from .viz import plots, report
 

@@ -11,7 +11,7 @@ from torch import nn
 from .cells import CELLS
 from .cells.base import LinearView, end_positions, hold_at_pads, reversal_index
 from .errors import RnnlensError
-from .train.config import ModelConfig
+from .config import ModelConfig
 
 
 def run_cell(cell: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, state=None,

@@ -292,3 +292,12 @@ def majority_baseline(train_labels, eval_labels, eval_keys=None, interval: bool 
     if eval_keys is not None:
         out["by_key"] = accuracy_by(hits, eval_keys, interval)
     return out
+
+
+def merge_metrics(into: dict, new: dict) -> None:
+    """Numbers add up; lists (predictions for F1-style metrics) are concatenated."""
+    for k, v in new.items():
+        if isinstance(v, list):
+            into.setdefault(k, []).extend(v)
+        else:
+            into[k] = into.get(k, 0.0) + v

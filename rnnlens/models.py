@@ -8,7 +8,7 @@ from .cells.base import LinearView
 from .data.batching import Batch
 from .encoder import build_encoder
 from .errors import RnnlensError
-from .train.config import NEXT_TOKEN_TASKS, ModelConfig, future_leak
+from .config import NEXT_TOKEN_TASKS, ModelConfig, future_leak
 
 
 def build_head(cfg: ModelConfig, task: str, encoder, labels: list[str] | None, vocab_size: int):

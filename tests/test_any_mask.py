@@ -13,7 +13,7 @@ from rnnlens.cells import CELLS
 from rnnlens.data.batching import Batch
 from rnnlens.encoder import run_cell
 from rnnlens.models import RNNModel
-from rnnlens.train.config import ModelConfig
+from rnnlens.config import ModelConfig
 
 E, H, T = 5, 4, 9
 
@@ -254,7 +254,7 @@ def test_models_with_left_and_interior_pads_equal_each_row_alone(cell, shape):
     from rnnlens.analysis.attribution import NGramAttribution
     from rnnlens.data.batching import Batch
     from rnnlens.models import RNNModel
-    from rnnlens.train.config import ModelConfig
+    from rnnlens.config import ModelConfig
 
     torch.manual_seed(0)
     cfg = ModelConfig(cell=cell, embedding_dim=6, hidden_size=4, output_bias=True, **shape)

@@ -12,7 +12,7 @@ from rnnlens.cells import CELLS, GRU, Elman
 from rnnlens.cli import main
 from rnnlens.data.batching import BPTTIterator
 from rnnlens.models import RNNModel
-from rnnlens.train.config import ModelConfig
+from rnnlens.config import ModelConfig
 
 # --- eq. 15 by hand ---------------------------------------------------------------------------
 WI = [[1.0], [-0.5]]

@@ -268,7 +268,7 @@ def tiny_model(bidirectional=False, memory="rm", size=3):
     from rnnlens.data.batching import EOS
     from rnnlens.data.vocab import Vocab
     from rnnlens.models import RNNModel
-    from rnnlens.train.config import ModelConfig
+    from rnnlens.config import ModelConfig
 
     words = sorted({w for s in read_conllu(FIX / "deps.conllu") for w in s.forms} | {"cat"})
     vocab = Vocab([EOS, *words])
@@ -319,7 +319,7 @@ def test_analyse_attention_equals_the_pure_functions_on_one_batch(bidirectional)
 def test_analyse_attention_argmax_predictions_and_errors():
     from rnnlens.errors import RnnlensError
     from rnnlens.models import RNNModel
-    from rnnlens.train.config import ModelConfig
+    from rnnlens.config import ModelConfig
 
     model, vocab = tiny_model(memory="rmr")
     sents = [p.forms for p in read_conllu(FIX / "deps.conllu")]

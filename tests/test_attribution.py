@@ -11,7 +11,7 @@ from rnnlens.analysis.ngrams import remainder, scores_ending_at
 from rnnlens.data.batching import Batch
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
-from rnnlens.train.config import ModelConfig
+from rnnlens.config import ModelConfig
 
 V, E, H = 20, 6, 5
 RNN = {"elman": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}

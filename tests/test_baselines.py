@@ -100,7 +100,7 @@ def test_va_w_ngrams_are_position_matrices_within_the_window(m):
 
 def test_va_w_window_bounds_and_the_encoder_sets_it():
     from rnnlens.models import RNNModel
-    from rnnlens.train.config import ModelConfig
+    from rnnlens.config import ModelConfig
     cell = VAW(E, 4, max_window=5)
     assert cell.window == 5 and cell.C.shape == (5, 4, 4)
     for bad in (6, 0):
@@ -229,7 +229,7 @@ def test_recurrent_weights():
 def test_spectral_norm_bounds_the_recurrent_matrix(name):
     from rnnlens.data.batching import Batch
     from rnnlens.models import RNNModel
-    from rnnlens.train.config import ModelConfig
+    from rnnlens.config import ModelConfig
     model = RNNModel(ModelConfig(cell=name, embedding_dim=6, hidden_size=5, spectral_norm=True), 12,
                      "classify", ["a", "b"])
     b = Batch(torch.randint(2, 12, (3, 4)), torch.ones(3, 4, dtype=torch.bool), torch.full((3,), 4),
@@ -245,7 +245,7 @@ def test_spectral_norm_bounds_the_recurrent_matrix(name):
 def test_trains_in_a_model_and_the_loss_falls(name, H):
     from rnnlens.data.batching import Batch
     from rnnlens.models import RNNModel
-    from rnnlens.train.config import ModelConfig
+    from rnnlens.config import ModelConfig
     torch.manual_seed(0)
     V, B, T = 12, 16, 5
     tokens = torch.randint(2, V, (B, T))

@@ -14,7 +14,7 @@ from rnnlens.data.batching import Batch
 from rnnlens.encoder import build_encoder
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
-from rnnlens.train.config import NEXT_TOKEN_TASKS, Config, ModelConfig
+from rnnlens.config import NEXT_TOKEN_TASKS, Config, ModelConfig
 
 V, T = 14, 12
 LENGTHS = [12, 9, 5]                  # right-padded rows: later tokens are changed within each row

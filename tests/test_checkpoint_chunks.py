@@ -10,7 +10,7 @@ from rnnlens.data.batching import Batch
 from rnnlens.encoder import run_cell
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
-from rnnlens.train.config import Config, ModelConfig
+from rnnlens.config import Config, ModelConfig
 
 CELLS_CHECKED = ["gru", "lstm", "mvma-g", "rrnn-f", "rrnn-b-gated", "urn"]
 

@@ -13,7 +13,7 @@ from rnnlens.data.msr import read_msr_completion
 from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
-from rnnlens.train.config import ModelConfig
+from rnnlens.config import ModelConfig
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from rnnlens.cells import CELLS
-from rnnlens.train.config import load_config_file
+from rnnlens.config import load_config_file
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.json"))
 
@@ -87,7 +87,7 @@ import math
 import typing
 
 from rnnlens.errors import RnnlensError
-from rnnlens.train.config import Config
+from rnnlens.config import Config
 
 
 @pytest.mark.parametrize("section, key, value, message", [
@@ -140,7 +140,7 @@ def test_lenient_where_lossless():
 
 def test_every_numeric_field_has_a_range():
     """The range table covers every int and float field, so a new one cannot be forgotten."""
-    from rnnlens.train.config import RANGES
+    from rnnlens.config import RANGES
 
     numeric = set()
     for sec in dataclasses.fields(Config):

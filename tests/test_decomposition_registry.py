@@ -12,7 +12,7 @@ from rnnlens.cells import CELLS, from_torch
 from rnnlens.data.batching import Batch
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
-from rnnlens.train.config import ModelConfig
+from rnnlens.config import ModelConfig
 
 V, E, H = 12, 5, 4
 REAL = [n for n in CELLS if "max" not in n]

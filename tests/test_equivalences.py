@@ -4,6 +4,7 @@ import pytest
 import torch
 from conftest import max_diff
 
+from rnnlens.analysis.compile_cells import compile_isan, compile_qrnn2, make_qrnn2
 from rnnlens.analysis.wfsa import compile_wfsa, make_isan, make_ngram
 from rnnlens.cells.equivalences import (
     ISAN,
@@ -15,9 +16,6 @@ from rnnlens.cells.equivalences import (
     SRURef,
     TRNNRef,
     as_rational,
-    compile_isan,
-    compile_qrnn2,
-    make_qrnn2,
     one_hot,
 )
 from rnnlens.cells.rational import RRNNB, RRNNC, NGramRational

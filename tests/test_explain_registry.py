@@ -16,7 +16,7 @@ from rnnlens.data.batching import Example, collate
 from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
-from rnnlens.train.config import ModelConfig
+from rnnlens.config import ModelConfig
 
 WORDS = "the movie was not very good bad at all".split()
 VOCAB = Vocab.build([WORDS])
@@ -201,7 +201,7 @@ def test_one_layer_contributions_are_the_papers_scores_and_remainder(cell):
 
 def saved(path, cell="gru", task="classify", labels=("neg", "pos"), **model):
     from rnnlens.train.checkpoint import save_checkpoint
-    from rnnlens.train.config import Config
+    from rnnlens.config import Config
 
     torch.manual_seed(0)
     cfg = Config.from_dict({"data": {"sentence_level": task == "lm"},
@@ -280,7 +280,7 @@ def test_report_and_explain_agree(kind, tmp_path, capsys):
     import json
 
     from rnnlens.cli import main
-    from rnnlens.viz.model_report import build_report
+    from rnnlens.app.report import build_report
 
     path = saved(tmp_path / kind, **COMMAND_MODELS[kind])
     text = " ".join(TEXT)

@@ -16,11 +16,12 @@ from torch import nn
 from conftest import max_diff
 from rnnlens.analysis.faithfulness import (
     METHODS, deletion_curves, faithfulness, format_table, integrated_gradients,
-    leave_one_out, occlusion, run_on_checkpoint, score_sequences)
+    leave_one_out, occlusion, score_sequences)
+from rnnlens.app.faithfulness import run_on_checkpoint
 from rnnlens.data.batching import Batch
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
-from rnnlens.train.config import ModelConfig
+from rnnlens.config import ModelConfig
 
 V = 30
 
@@ -425,7 +426,7 @@ def test_exact_cell_and_errors():
 
 def test_run_on_checkpoint(tmp_path):
     from rnnlens.train.checkpoint import save_checkpoint
-    from rnnlens.train.config import Config
+    from rnnlens.config import Config
     from rnnlens.train.run import build_vocab, load_data
 
     cfg = Config()

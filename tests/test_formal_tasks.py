@@ -19,11 +19,13 @@ from rnnlens.data.readers import read_agreement_testset, read_linzen_tsv
 from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
 from rnnlens.heads.agreement import AgreementHead
-from rnnlens.heads.formal import CrossSerialHead, DyckHead, dyck_majority_baseline
+from rnnlens.data.formal import dyck_majority_baseline
+from rnnlens.heads.formal import CrossSerialHead, DyckHead
 from rnnlens.metrics import accuracy_by, wilson_interval
 from rnnlens.models import RNNModel
-from rnnlens.train.config import Config, ModelConfig
-from rnnlens.train.trainer import Trainer, merge_metrics
+from rnnlens.config import Config, ModelConfig
+from rnnlens.metrics import merge_metrics
+from rnnlens.train.trainer import Trainer
 
 FIXTURE = REPO / "tests" / "fixtures" / "agr_sample.tsv"
 DYCK_SYMBOLS = list(OPENERS + CLOSERS)

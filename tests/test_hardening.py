@@ -257,7 +257,7 @@ def untrained_checkpoint(path: Path, task="classify", labels=("negative", "posit
     from rnnlens.data.vocab import Vocab
     from rnnlens.models import RNNModel
     from rnnlens.train.checkpoint import save_checkpoint
-    from rnnlens.train.config import Config
+    from rnnlens.config import Config
 
     cfg = Config.from_dict({"data": data or {}, "model": {"embedding_dim": 4, "hidden_size": 4, **model}})
     vocab = Vocab(words)

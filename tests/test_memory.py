@@ -16,7 +16,7 @@ from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
 from rnnlens.train.checkpoint import load_checkpoint, save_checkpoint
-from rnnlens.train.config import Config, ModelConfig
+from rnnlens.config import Config, ModelConfig
 from rnnlens.train.run import split_sentences
 from rnnlens.train.trainer import Trainer, seed_everything
 

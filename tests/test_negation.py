@@ -17,7 +17,7 @@ from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
 from rnnlens.train.checkpoint import save_checkpoint
-from rnnlens.train.config import Config, ModelConfig
+from rnnlens.config import Config, ModelConfig
 from test_cli import assert_clean_error as _one_line_error
 from test_cli import run as _run
 

@@ -128,7 +128,7 @@ def test_clamp_bounds_states_and_marks_the_view_inexact():
 def test_every_registered_cell_trains_in_a_model():
     from rnnlens.data.batching import Batch
     from rnnlens.models import RNNModel
-    from rnnlens.train.config import ModelConfig
+    from rnnlens.config import ModelConfig
     b = Batch(torch.randint(2, 30, (3, 5)), torch.ones(3, 5, dtype=torch.bool), torch.full((3,), 5),
               torch.tensor([0, 1, 1]))
     for name in CELLS:
@@ -141,7 +141,7 @@ def test_every_registered_cell_trains_in_a_model():
 @pytest.mark.parametrize("name", ["gru", "lstm", "mvma-g", "mvma-me", "gru-approx"])
 def test_spectral_norm_bounds_the_recurrent_matrix_and_checkpoints(name, tmp_path):
     from rnnlens.models import RNNModel
-    from rnnlens.train.config import Config
+    from rnnlens.config import Config
     from rnnlens.train.checkpoint import load_checkpoint, save_checkpoint
     from rnnlens.data.vocab import Vocab
     from rnnlens.data.batching import Batch

@@ -299,7 +299,7 @@ def test_precision_helpers():
 
 # --- training ----------------------------------------------------------------------------
 def test_precision_setting_is_validated():
-    from rnnlens.train.config import Config
+    from rnnlens.config import Config
 
     assert Config().train.precision == "float32"
     assert Config.from_dict({"train": {"precision": "bf16"}}).train.precision == "bf16"
@@ -311,7 +311,7 @@ def test_precision_setting_is_validated():
 
 def _tiny_model(cell="gru", dtype=torch.float32):
     from rnnlens.models import RNNModel
-    from rnnlens.train.config import Config
+    from rnnlens.config import Config
 
     cfg = Config.from_dict({"model": {"cell": cell, "embedding_dim": 8, "hidden_size": 8},
                             "train": {"precision": "bf16", "epochs": 1}})

@@ -76,7 +76,7 @@ def _readers():
     from rnnlens.data import readers as R
     from rnnlens.data.conllu import read_conllu
     from rnnlens.data.vectors import load_vectors
-    from rnnlens.train.config import load_config_file
+    from rnnlens.config import load_config_file
 
     vocab = Vocab(["a", "b", "the", "x"])
     return {

@@ -549,7 +549,7 @@ def test_bom_is_stripped_by_every_text_reader(tmp_path):
 
 
 def test_bom_in_a_tsv_corpus_gives_the_labels_without_it(tmp_path):
-    from rnnlens.train.config import Config
+    from rnnlens.config import Config
     from rnnlens.train.run import load_data
 
     rows = "\n".join(["positive\tgood film", "negative\tbad film"] * 3) + "\n"

@@ -264,7 +264,7 @@ def test_report_errors_are_one_line(tsv_model, tsv_report, tmp_path, capsys):
 
 
 def test_missing_analysis_modules_are_noted(tsv_model, tmp_path, monkeypatch):
-    from rnnlens.viz import model_report
+    from rnnlens.app import report as model_report
 
     monkeypatch.setattr(model_report, "_available", lambda name: False)
     out = tmp_path / "r"
@@ -314,7 +314,7 @@ def test_context_representations_are_what_the_head_reads():
     from rnnlens.data.batching import Example, collate
     from rnnlens.data.vocab import Vocab
     from rnnlens.models import RNNModel
-    from rnnlens.train.config import ModelConfig
+    from rnnlens.config import ModelConfig
 
     vocab = Vocab(["a", "b", "c"])
     model = RNNModel(ModelConfig(embedding_dim=4, hidden_size=3, bidirectional=True), len(vocab), "classify",
@@ -334,8 +334,8 @@ def test_context_representations_are_what_the_head_reads():
 def test_per_token_views_of_tag_and_lm_models(task):
     from rnnlens.data.vocab import Vocab
     from rnnlens.models import RNNModel
-    from rnnlens.train.config import ModelConfig
-    from rnnlens.viz.model_report import explain_sentence
+    from rnnlens.config import ModelConfig
+    from rnnlens.app.report import explain_sentence
 
     vocab = Vocab(["the", "cat", "sat", "down"])
     labels = ["O", "B-X", "E-X", "S-X"] if task == "tag" else None

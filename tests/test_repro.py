@@ -10,8 +10,8 @@ from conftest import REPO, shared_data_dir
 from rnnlens.cli import main
 from rnnlens.repro import Row, Table, load_tables
 from rnnlens.repro.render import lines_of, markdown, to_html
-from rnnlens.repro.run import ABOVE, Context, RowResult, run_table, within
-from rnnlens.repro.pipelines import no_upward_trend
+from rnnlens.repro.pipelines import no_upward_trend, run_table
+from rnnlens.repro.run import ABOVE, Context, RowResult, within
 
 TABLES = load_tables()
 EXPECTED = {"ngrams-table3", "ngrams-table4", "ngrams-table5", "ngrams-figure2", "seqlevel-table1", "seqlevel-table2",

@@ -17,7 +17,7 @@ from rnnlens.data.batching import BatchIterator, BPTTIterator, Example, Sentence
 from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
-from rnnlens.train.config import Config
+from rnnlens.config import Config
 from rnnlens.train.resume import Checkpoints, partial_dir, read_checkpoint
 from rnnlens.train.trainer import Trainer, seed_everything
 
@@ -278,7 +278,7 @@ def test_a_setting_saved_before_it_existed_reads_as_its_default():
     that has the default there, and differs from one that does not."""
     import copy
 
-    from rnnlens.train.config import Config
+    from rnnlens.config import Config
     from rnnlens.train.resume import config_differences
     new = Config().to_dict()
     saved = copy.deepcopy(new)

@@ -11,7 +11,7 @@ from rnnlens.data.vocab import Vocab
 from rnnlens.encoder import reverse_padded
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
-from rnnlens.train.config import Config, ModelConfig
+from rnnlens.config import Config, ModelConfig
 from rnnlens.train.trainer import Trainer
 
 
@@ -172,7 +172,7 @@ def test_train_with_frozen_pretrained_vectors(tmp_path, capsys):
 
 def test_configs_are_valid_with_every_budget():
     from conftest import REPO
-    from rnnlens.train.config import load_config_file
+    from rnnlens.config import load_config_file
     files = sorted((REPO / "configs").glob("*.json"))
     assert len(files) >= 19
     for f in files:

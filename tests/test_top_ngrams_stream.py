@@ -127,7 +127,7 @@ def model_dirs(tmp_path_factory):
     from rnnlens.data.vocab import Vocab
     from rnnlens.models import RNNModel
     from rnnlens.train.checkpoint import save_checkpoint
-    from rnnlens.train.config import Config
+    from rnnlens.config import Config
 
     vocab = Vocab(f"w{i}" for i in range(20))
     out = {}

@@ -11,7 +11,7 @@ from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
 from rnnlens.train.checkpoint import load_checkpoint, output_dir
-from rnnlens.train.config import Config, load_config_file
+from rnnlens.config import Config, load_config_file
 from rnnlens.train.run import train_run
 from rnnlens.train.trainer import Trainer, seed_everything
 

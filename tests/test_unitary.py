@@ -381,7 +381,7 @@ def test_frobenius_table():
 
 def test_word_matrices_from_a_model_and_from_a_cell():
     from rnnlens.models import RNNModel
-    from rnnlens.train.config import ModelConfig
+    from rnnlens.config import ModelConfig
 
     vocab = Vocab(["(", ")", "[", "]"])
     torch.manual_seed(0)
@@ -401,7 +401,7 @@ def test_word_matrices_from_a_model_and_from_a_cell():
 
 def test_encoder_sets_truncation_and_the_papers_embedding_init():
     from rnnlens.models import RNNModel
-    from rnnlens.train.config import ModelConfig
+    from rnnlens.config import ModelConfig
 
     m = RNNModel(ModelConfig(cell="urn", embedding_dim=144, hidden_size=50, truncation=3), 12, "classify", ["a", "b"])
     cell = m.encoder.cells[0]

@@ -11,7 +11,7 @@ from rnnlens.cli import main
 from rnnlens.data.batching import Batch
 from rnnlens.data.vocab import Vocab
 from rnnlens.heads.lm import LMHead
-from rnnlens.train.config import Config
+from rnnlens.config import Config
 from rnnlens.train.run import build_vocab, load_data, train_run, unk_rate
 
 

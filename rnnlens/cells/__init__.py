@@ -1,4 +1,5 @@
 """Recurrent cells. CELLS maps a config name to its class."""
+from ..config import register
 from .base import Cell, DenseView, LinearView, StructuredView
 from .baselines import BASELINE_CELLS
 from .classic import GRU, LSTM, Elman, from_torch
@@ -10,5 +11,6 @@ from .unitary import UNITARY_CELLS
 CELLS = {"elman": Elman, "gru": GRU, "lstm": LSTM, **NGRAM_CELLS, **BASELINE_CELLS, **RATIONAL_CELLS,
          "isan": ISAN}  # equivalences.QRNN2 is left out: its step needs x_{t-1} (see its docstring)
 CELLS.update(UNITARY_CELLS)   # "urn", "linear-rnn"
+register("cell", CELLS)
 
 __all__ = ["CELLS", "Cell", "DenseView", "LinearView", "StructuredView", "Elman", "GRU", "LSTM", "from_torch"]

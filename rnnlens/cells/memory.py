@@ -32,7 +32,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..config import register
+
 COMPOSITIONS = ("linear", "gated")
+register("composition", COMPOSITIONS)
 
 
 def memory_offsets(size: int, bidirectional: bool, device=None) -> torch.Tensor:

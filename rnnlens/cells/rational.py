@@ -38,10 +38,7 @@ from ..ops.precision import full_precision
 from ..ops.semiring import get_semiring
 from .base import Cell, LinearView, hold_at_pads
 
-try:
-    from ..ops.elementwise import elementwise_scan
-except ImportError:  # pragma: no cover - while the fast scan is being written
-    from ..ops.elementwise import elementwise_scan_ref as elementwise_scan
+from ..ops.elementwise import elementwise_scan
 
 
 class RationalView(LinearView):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..config import register
 from ..errors import RnnlensError
 from . import readers as R
 from .batching import Example
@@ -351,7 +352,7 @@ def load_dyck(data_dir=None, seed: int = 0, train_size: int | None = None, dev_s
     metrics are the paper's per-epoch test curves; dev_size = 0 leaves it out.
     Task "dyck": next-symbol prediction, scored by closing-bracket accuracy (DyckHead).
     """
-    from ..heads.formal import dyck_majority_baseline
+    from .formal import dyck_majority_baseline
     from . import formal as F
 
     train_size, test_size = _pick(train_size, F.DYCK_TRAIN["size"]), _pick(test_size, F.DYCK_TEST["size"])
@@ -473,6 +474,7 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
     "crossserial": load_crossserial,
     "agreement": load_agreement,
 }
+register("corpus", DATASETS)
 
 
 def load_dataset(name: str, data_dir, seed: int = 0, **options) -> Dataset:

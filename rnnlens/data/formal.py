@@ -27,6 +27,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from ..metrics import majority_baseline
 from .batching import Example
 
 START = "<s>"
@@ -432,3 +433,17 @@ class CrossSerialCorpus:
     def splits(self) -> dict[str, list[Example]]:
         names = ("train", "dev", "test") if self.dev_size else ("train", "test")
         return {name: self.split(name) for name in names}
+
+
+def dyck_majority_baseline(train: list[list[str]], strings: list[list[str]]) -> dict:
+    """Always predict the closer most frequent in the training strings; its closing-bracket
+    accuracy on `strings`. -> {"label", "n", "accuracy", "error", "by_attractors"}.
+
+    This is the paper's "majority class baseline" (section 11.5.2: an 80% error rate, i.e.
+    one of five uniformly drawn bracket types is right one time in five).
+    """
+    train_closers = [s for toks in train for s in toks if s in CLOSERS]
+    due = [(c.symbol, c.attractors) for toks in strings for c in annotate_dyck(toks)]
+    out = majority_baseline(train_closers, [sym for sym, _ in due], [a for _, a in due])
+    out["by_attractors"] = out.pop("by_key")
+    return out

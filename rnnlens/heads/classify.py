@@ -19,7 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config import register
+
 POOLINGS = ("final", "mean")
+register("pooling", POOLINGS)
 
 
 def mean_pool(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

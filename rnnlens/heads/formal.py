@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data.formal import CLOSERS, CROSS_TEST, START, annotate_dyck, crossserial_mn, crossserial_valid_sets
-from ..metrics import accuracy_by, majority_baseline
+from ..metrics import accuracy_by
 
 
 class NextSymbolHead(nn.Module):
@@ -111,20 +111,6 @@ def dyck_summary(correct: list, attractors: list, depth: list) -> dict:
     return {"accuracy": acc, "closing_error": 1.0 - acc, "closers": float(n),
             "peak_attractor_error": max((r["error"] for r in by_attr.values()), default=0.0),
             "by_attractors": by_attr, "by_depth": accuracy_by(correct, depth)}
-
-
-def dyck_majority_baseline(train: list[list[str]], strings: list[list[str]]) -> dict:
-    """Always predict the closer most frequent in the training strings; its closing-bracket
-    accuracy on `strings`. -> {"label", "n", "accuracy", "error", "by_attractors"}.
-
-    This is the paper's "majority class baseline" (section 11.5.2: an 80% error rate, i.e.
-    one of five uniformly drawn bracket types is right one time in five).
-    """
-    train_closers = [s for toks in train for s in toks if s in CLOSERS]
-    due = [(c.symbol, c.attractors) for toks in strings for c in annotate_dyck(toks)]
-    out = majority_baseline(train_closers, [sym for sym, _ in due], [a for _, a in due])
-    out["by_attractors"] = out.pop("by_key")
-    return out
 
 
 @lru_cache(maxsize=4096)

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import torch
 
-from ..cells.base import LinearView
 from .linear import mm, mm_t
 from .precision import full_precision, no_autocast, no_autocast_backward
 
 
-def affine_scan(view: LinearView, s0: torch.Tensor | None = None,
+def affine_scan(view, s0: torch.Tensor | None = None,
                 clamp: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fast path. s0 [B,S] (default: view.h0 or zeros). clamp bounds every state element to
+    """Fast path over a view (rnnlens.cells.base.LinearView: its g, h0, apply(t, V) and
+    at(name, t); this layer does not import it). s0 [B,S] (default: view.h0 or zeros). clamp bounds every state element to
     (-clamp, clamp) after each step (the sequence-level paper's A.4 option). A bfloat16 or
     float16 view.g (autocast) is replaced by its float32 copy, and s0 taken in float32, so
     the state accumulates in float32 while A's products may run in the lower precision."""

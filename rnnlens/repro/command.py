@@ -11,7 +11,8 @@ from ..argtypes import SEED, SIZE
 from ..errors import RnnlensError
 from . import default_configs_dir, get_table, load_tables
 from .records import default_results_dir
-from .run import BUDGETS, Context, missing_data, run_table
+from .pipelines import run_table
+from .run import BUDGETS, Context, missing_data
 
 
 def timings() -> dict:

@@ -1,13 +1,15 @@
 """The analysis kinds of the reproduction tables (registered into run.KINDS on import):
-each trains (or reuses) the row's run, then computes what the table reports from it."""
+each trains (or reuses) the row's run, then computes what the table reports from it; and
+`run_table`, which runs a table's rows through them."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import RnnlensError
 from . import Row, Table
-from .run import Context, NotRun, RowResult, kind, per_seed
+from .run import KINDS, Context, NotRun, RowResult, kind, missing_data, per_seed
 
 
 def _load(run):
@@ -59,7 +61,7 @@ def _dyck_majority(ctx: Context, row: Row) -> RowResult:
     """Always the most frequent closer of the training strings, scored on the test strings
     of the Dyck data the configs train on (seed 0; tiny: 64 strings each)."""
     from ..data import formal as F
-    from ..heads.formal import dyck_majority_baseline
+    from ..data.formal import dyck_majority_baseline
 
     n = 64 if ctx.tiny else None
     corpus = F.DyckCorpus(seed=0, train_size=n or F.DYCK_TRAIN["size"], train_depth=F.DYCK_TRAIN["max_depth"],
@@ -206,7 +208,7 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
     """Sequence-level Table 1: `rnnlens demo --cell CELL` per seed (reused from DIR/runs),
     the mean score of the row's polarity group and form; checks: the flip counts (GRU)."""
     from ..demo import run_demo
-    from ..train.config import Config
+    from ..config import Config
 
     cell = row.extra.get("model", "GRU").lower()
     res = RowResult(row)
@@ -244,3 +246,40 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
 @kind("completion")
 def completion_row(ctx: Context, table: Table, row: Row) -> RowResult:
     return RowResult(row, status="no config", note=row.note or "no language model config for MSR")
+
+
+# --- running a table ----------------------------------------------------------------------
+
+def run_row(ctx: Context, table: Table, row: Row) -> RowResult:
+    if row.extra.get("missing"):
+        return RowResult(row, status="missing data", note="missing: " + "; ".join(row.extra["missing"]))
+    if row.config is None and not row.extra.get("base_config") and table.kind == "train":
+        return RowResult(row, status="no config", note=row.note)
+    gone = missing_data(ctx, row)
+    if gone:
+        where = f"under {ctx.data_dir}" if ctx.data_dir else "(no --data-dir)"
+        return RowResult(row, status="missing data", note=f"missing: {', '.join(gone)} {where}")
+    fn = KINDS.get(table.kind)
+    if fn is None:
+        return RowResult(row, status="not built", note=f"no pipeline for kind {table.kind!r}")
+    return fn(ctx, table, row)
+
+
+def run_table(ctx: Context, table: Table, selected: set[str] | None = None) -> list[RowResult]:
+    """Every row's result. With `selected` (labels: --rows), the other rows are kept only
+    where DIR/runs already has their runs (nothing is trained for them), so a table rerun
+    for one row keeps the rows done before it."""
+    results = []
+    for k, row in enumerate(table.rows, 1):
+        if selected is None or row.label in selected:
+            ctx.log(f"{table.id}: row {k}/{len(table.rows)}: {row.label}")
+            results.append(run_row(ctx, table, row))
+            continue
+        try:
+            res = run_row(replace(ctx, reuse_only=True), table, row)
+        except NotRun:
+            continue
+        if res.runs:
+            ctx.log(f"{table.id}: row {k}/{len(table.rows)}: {row.label}: kept (not in --rows; its runs are there)")
+        results.append(res)
+    return results

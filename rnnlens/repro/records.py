@@ -83,7 +83,7 @@ def machine() -> str:
 def environment() -> dict:
     import torch
 
-    from .. import __version__
+    from ..version import __version__
 
     return {"rnnlens": __version__, "commit": commit(), "torch": torch.__version__,
             "python": platform.python_version(), "machine": machine()}

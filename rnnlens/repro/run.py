@@ -89,7 +89,7 @@ def missing_data(ctx: Context, row: Row) -> list[str]:
 
 
 def row_config(ctx: Context, name: str):
-    from ..train.config import Config, load_config_file
+    from ..config import Config, load_config_file
 
     if ctx.configs is None:
         raise RnnlensError("repro needs the configs/ folder of a checkout: pass --configs DIR")
@@ -147,7 +147,7 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     reused only while that folder holds the same weights it started from. Every run used
     is recorded under ctx.results."""
     from ..train.checkpoint import output_dir
-    from ..train.config import Config
+    from ..config import Config
     from ..train.resume import MAY_CHANGE, config_differences
     from ..train.run import train_run
 
@@ -321,45 +321,6 @@ def data_used_text(cfg) -> str:
     if d.corpus in ("dyck", "crossserial", "polarity"):
         return f"{d.corpus} (generated)" if d.corpus != "polarity" else "built-in polarity corpus"
     return f"{d.corpus} from {d.data_dir}" if d.data_dir else d.corpus
-
-
-def run_row(ctx: Context, table: Table, row: Row) -> RowResult:
-    if row.extra.get("missing"):
-        return RowResult(row, status="missing data", note="missing: " + "; ".join(row.extra["missing"]))
-    if row.config is None and not row.extra.get("base_config") and table.kind == "train":
-        return RowResult(row, status="no config", note=row.note)
-    gone = missing_data(ctx, row)
-    if gone:
-        where = f"under {ctx.data_dir}" if ctx.data_dir else "(no --data-dir)"
-        return RowResult(row, status="missing data", note=f"missing: {', '.join(gone)} {where}")
-    fn = KINDS.get(table.kind)
-    if fn is None:
-        return RowResult(row, status="not built", note=f"no pipeline for kind {table.kind!r}")
-    return fn(ctx, table, row)
-
-
-def run_table(ctx: Context, table: Table, selected: set[str] | None = None) -> list[RowResult]:
-    """Every row's result. With `selected` (labels: --rows), the other rows are kept only
-    where DIR/runs already has their runs (nothing is trained for them), so a table rerun
-    for one row keeps the rows done before it."""
-    from dataclasses import replace
-
-    from . import pipelines  # noqa: F401  (registers the analysis kinds)
-
-    results = []
-    for k, row in enumerate(table.rows, 1):
-        if selected is None or row.label in selected:
-            ctx.log(f"{table.id}: row {k}/{len(table.rows)}: {row.label}")
-            results.append(run_row(ctx, table, row))
-            continue
-        try:
-            res = run_row(replace(ctx, reuse_only=True), table, row)
-        except NotRun:
-            continue
-        if res.runs:
-            ctx.log(f"{table.id}: row {k}/{len(table.rows)}: {row.label}: kept (not in --rows; its runs are there)")
-        results.append(res)
-    return results
 
 
 # --- summaries ------------------------------------------------------------------------------

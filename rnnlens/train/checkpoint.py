@@ -19,7 +19,7 @@ from ..data.tokenize import Tokenizer
 from ..data.vocab import Vocab
 from ..errors import RnnlensError
 from ..outfiles import writing
-from .config import Config
+from ..config import Config
 
 FILES = ("config.json", "vocab.json", "model.safetensors", "metrics.jsonl")
 FORMAT = "rnnlens-checkpoint"

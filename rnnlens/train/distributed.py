@@ -39,6 +39,7 @@ import torch
 
 from ..data.batching import Batch
 from ..errors import RnnlensError
+from ..metrics import merge_metrics
 
 if TYPE_CHECKING:
     from .resume import Saved
@@ -111,8 +112,6 @@ class Dist:
 
     def merged(self, sums: dict) -> dict:
         """Metric sums of all ranks merged (numbers add up, lists concatenate in rank order)."""
-        from .trainer import merge_metrics
-
         out: dict = {}
         for part in self.gather_json(sums):
             merge_metrics(out, part)

@@ -32,7 +32,7 @@ import torch
 from ..errors import RnnlensError
 from ..outfiles import writing
 from .checkpoint import replace_dir
-from .config import Config
+from ..config import Config
 
 FORMAT = "rnnlens-resume"
 VERSION = 1

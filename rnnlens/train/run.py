@@ -14,7 +14,7 @@ from ..data.vocab import Vocab
 from ..errors import RnnlensError
 from ..models import RNNModel
 from .checkpoint import init_weights, save_checkpoint
-from .config import Config
+from ..config import Config
 from .trainer import Trainer, seed_everything
 
 POLARITY_LABELS = ["negative", "positive"]

@@ -25,8 +25,9 @@ from typing import Iterable
 import numpy as np
 import torch
 
+from ..config import TrainConfig, parse_select
 from ..errors import RnnlensError
-from .config import TrainConfig, parse_select
+from ..metrics import merge_metrics
 
 
 def seed_everything(seed: int) -> None:
@@ -38,15 +39,6 @@ def seed_everything(seed: int) -> None:
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     kinds = {"adagrad": torch.optim.Adagrad, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
     return kinds[cfg.optimizer](params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-
-def merge_metrics(into: dict, new: dict) -> None:
-    """Numbers add up; lists (predictions for F1-style metrics) are concatenated."""
-    for k, v in new.items():
-        if isinstance(v, list):
-            into.setdefault(k, []).extend(v)
-        else:
-            into[k] = into.get(k, 0.0) + v
 
 
 def check_precision(model: torch.nn.Module, cfg: TrainConfig) -> None:

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import RnnlensError
-from . import plots
-from . import report as R
+from ..viz import plots
+from ..viz import report as R
 
 SENTENCE_TASKS = ("classify", "regress", "relation")
 MAX_HEATMAP_TOKENS = 40

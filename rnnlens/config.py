@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from ..errors import RnnlensError
+from .errors import RnnlensError
 
 CONFIG_VERSION = 1
 OPTIMIZERS = ("adagrad", "adam", "sgd")
@@ -221,13 +221,15 @@ class Config:
         hints = get_type_hints(cls)
         parts = {name: _section(hints[name], d.get(name, {}), name) for name in sections}
         cfg = cls(**parts)
+        if cfg.data.task in OWN_CORPUS_TASKS and cfg.data.corpus == "polarity":
+            cfg.data.corpus = cfg.data.task     # the default corpus never has these tasks
         cfg.validate()
         return cfg
 
     def validate(self) -> None:
-        from ..cells import CELLS
-        from ..cells.memory import COMPOSITIONS
-        from ..heads.classify import POOLINGS
+        """Raise RnnlensError on the first setting that is out of range, unknown or at odds
+        with another; never changes the config."""
+        CELLS, COMPOSITIONS, POOLINGS = known("cell"), known("composition"), known("pooling")
 
         def need(ok: bool, msg: str) -> None:
             if not ok:
@@ -248,8 +250,8 @@ class Config:
              f"train.select {t.select!r} must be a metric name, optionally followed by :min or :max")
         need(t.select is None or not t.select.startswith("last:"), "train.select 'last' takes no :min or :max")
         need(dcfg.task is None or dcfg.task in TASKS, f"data.task {dcfg.task!r} is not one of {', '.join(TASKS)}")
-        if dcfg.task in OWN_CORPUS_TASKS and dcfg.corpus == "polarity":
-            dcfg.corpus = dcfg.task           # the default corpus never has these tasks
+        need(not (dcfg.task in OWN_CORPUS_TASKS and dcfg.corpus == "polarity"),
+             f"data.task {dcfg.task!r} has its own corpus: set data.corpus {dcfg.task!r}")
         formal = {"dyck": ("train_depth", "test_depth"), "crossserial": ("train_k", "test_k")}
         for name in ("train_size", "dev_size", "test_size", "train_depth", "test_depth", "train_k", "test_k"):
             value = getattr(dcfg, name)
@@ -287,10 +289,28 @@ class Config:
         need(leak is None, f"the {task} task predicts each symbol from the ones before it; {leak}")
         need(m.pooling in POOLINGS, f"model.pooling {m.pooling!r} is not one of {', '.join(POOLINGS)}")
         need(t.optimizer in OPTIMIZERS, f"train.optimizer {t.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
-        from ..data.datasets import DATASETS
+        DATASETS = known("corpus")
         need(dcfg.corpus in ("polarity", "tsv", *DATASETS),
              f"data.corpus {dcfg.corpus!r} is not one of {', '.join(['polarity', 'tsv', *DATASETS])}")
         need(dcfg.corpus != "tsv" or bool(dcfg.train_file), "data.corpus 'tsv' needs data.train_file")
+
+
+# The names a config may use for a cell, a memory composition, a pooling and a corpus. The
+# modules that define them (cells, cells.memory, heads.classify, data.datasets) register their
+# registries here when they are imported, so that this bottom layer checks names without
+# importing anything above it; importing the rnnlens package imports all four.
+_REGISTRIES: dict[str, object] = {}
+
+
+def register(kind: str, names) -> None:
+    """Declare the registry (a dict or tuple, read live) of the names `kind` may take."""
+    _REGISTRIES[kind] = names
+
+
+def known(kind: str) -> tuple[str, ...]:
+    if kind not in _REGISTRIES:
+        raise RnnlensError(f"internal: no registry of {kind} names (import rnnlens before validating a config)")
+    return tuple(_REGISTRIES[kind])
 
 
 def future_leak(m: ModelConfig) -> str | None:

@@ -1,0 +1,2 @@
+"""The package version (the bottom layer: anything may read it)."""
+__version__ = "0.1.0"
