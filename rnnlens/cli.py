@@ -159,31 +159,22 @@ def _vectors(args, say) -> int:
     return 0
 
 
-def _split_batches(args, cfg, meta, vocab):
-    """Batches of --split of the dataset a checkpoint was trained on (reloaded from
-    --data-dir or where it was), after checking it still has the model's task and labels."""
-    from .train.run import batches, load_data
+def _load_run(args, device: str = "cpu"):
+    """The model folder of --model, with --data-dir (if the command has it) as where its data
+    lives now."""
+    from .app.run import Run
 
-    if getattr(args, "data_dir", None):
-        cfg.data.data_dir = args.data_dir
-    cfg.data.max_train_examples = None
-    data = load_data(cfg)
-    if data.task != meta.get("task", "classify") or data.labels != meta["labels"]:
-        raise RnnlensError("the data found now does not have the task and labels the model was trained on")
-    if args.split not in data.splits:
-        raise RnnlensError(f"split {args.split!r} is not available; available: {', '.join(data.splits)}")
-    return batches(cfg, data.task, data.splits[args.split], vocab, train=False)
+    return Run.load(args.model, device=device, data_dir=getattr(args, "data_dir", None))
 
 
 def cmd_eval(args) -> int:
-    from .train.checkpoint import load_checkpoint
     from .train.run import check_device
     from .train.trainer import Trainer
 
     check_device(args.device)
-    model, cfg, vocab, meta = load_checkpoint(args.model, device=args.device)
-    cfg.train.device = args.device
-    scores = Trainer(model, cfg.train, progress=False).evaluate(_split_batches(args, cfg, meta, vocab))
+    run = _load_run(args, device=args.device)
+    run.config.train.device = args.device
+    scores = Trainer(run.model, run.config.train, progress=False).evaluate(run.batches(args.split))
     if args.json:
         print(json.dumps({"split": args.split, **scores}))
     else:
@@ -193,14 +184,13 @@ def cmd_eval(args) -> int:
 
 def cmd_approx_error(args) -> int:
     from .analysis.approx import approx_error, format_report
-    from .train.checkpoint import load_checkpoint
-
-    model, cfg, vocab, meta = load_checkpoint(args.model)
+    run = _load_run(args)
+    cfg = run.config
     if cfg.model.cell == "transformer" or cfg.model.layers != 1 or cfg.model.bidirectional:
         raise RnnlensError("approx-error explains single-layer, one-direction recurrent models "
                            f"(this one: cell {cfg.model.cell}, layers {cfg.model.layers}, "
                            f"bidirectional {cfg.model.bidirectional})")
-    res = approx_error(model, _split_batches(args, cfg, meta, vocab))
+    res = approx_error(run.model, run.batches(args.split))
     if args.json:
         print(json.dumps({"split": args.split, **res}))
     else:
@@ -220,9 +210,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from .data.tokenize import Tokenizer
-    from .train.checkpoint import load_checkpoint
-
     png = Path(args.png) if args.png else None
     # before any work: the parser's `new_file` refused a folder or a missing parent folder
     if png is not None and png.exists() and not args.force:
@@ -235,12 +222,12 @@ def cmd_explain(args) -> int:
             text = Path(args.file).read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as e:
             raise RnnlensError(f"cannot read {args.file}: {e}") from None
-    model, cfg, vocab, meta = load_checkpoint(args.model)
-    tok = Tokenizer(**meta.get("tokenizer", {}))
-    tokens = tok(text)
+    run = _load_run(args)
+    model, vocab = run.model, run.vocab
+    tokens = run.tokenizer(text)
     if not tokens:
         raise RnnlensError("the text is empty: nothing to explain")
-    labels = meta["labels"]
+    labels = run.labels
     if args.file is not None or len(tokens) > STREAM_TOKENS:
         return _explain_document(args, model, vocab, tokens, labels)
     from .analysis.sentence import explain_text
@@ -328,21 +315,13 @@ def _read_adjectives(path):
     return adj
 
 
-def _training_split(args, cfg, meta):
-    """(key, examples): the full training split of the data a checkpoint was trained on,
-    reloaded as _split_batches does; key identifies the corpus, so it is extracted once."""
+def _training_split(run):
+    """(key, examples): the full training split of the data a run was trained on; key
+    identifies the corpus, so that adjectives are extracted once per corpus."""
     import dataclasses
 
-    from .train.run import load_data
-
-    if getattr(args, "data_dir", None):
-        cfg.data.data_dir = args.data_dir
-    cfg.data.max_train_examples = None
-    key = json.dumps(dataclasses.asdict(cfg.data), sort_keys=True)
-    data = load_data(cfg)
-    if data.task != meta.get("task", "classify") or data.labels != meta["labels"]:
-        raise RnnlensError("the data found now does not have the task and labels the model was trained on")
-    return key, data.splits["train"]
+    key = json.dumps(dataclasses.asdict(run.data_config().data), sort_keys=True)
+    return key, run.split("train")
 
 
 def _model_names(paths: list[str]) -> list[str]:
@@ -383,7 +362,8 @@ def cmd_negation(args) -> int:
                                     score_groups, sentiment_sides, summarize_study)
     from .analysis.ngrams import require_real
     from .data.batching import Example, collate
-    from .train.checkpoint import load_checkpoint, output_dir
+    from .app.run import Run
+    from .train.checkpoint import output_dir
 
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not args.force:  # refuse before doing any work
@@ -399,26 +379,26 @@ def cmd_negation(args) -> int:
     names = _model_names(args.model)
     loaded = []                         # every model is checked before any work or output
     for path in args.model:
-        model, cfg, vocab, meta = load_checkpoint(path)
-        task = meta.get("task", "classify")
+        run = Run.load(path, data_dir=getattr(args, "data_dir", None))
+        model, cfg, vocab, meta, task = run.model, run.config, run.vocab, run.meta, run.task
         if cfg.model.cell == "transformer":
             raise RnnlensError(f"{path}: a transformer has no n-gram decomposition; the negation study "
                                "scores recurrent models")
         if cfg.model.layers != 1 or cfg.model.bidirectional:
             raise RnnlensError(f"{path}: the negation study explains single-layer, one-direction models "
                                f"(this one: layers {cfg.model.layers}, bidirectional {cfg.model.bidirectional})")
-        sides = sentiment_sides(task, meta["labels"], cfg.data.corpus)
+        sides = sentiment_sides(task, run.labels, cfg.data.corpus)
         sides.readout(model.readout_weight.shape[0])   # an MLP head or odd rows fail now, not after the work
         require_real(model.linear_view(collate([Example(["x"])], vocab)), "n-gram scores")   # max-plus: now
-        loaded.append((model, cfg, vocab, meta, task, sides))
-    for k, (path, name, (model, cfg, vocab, meta, task, sides)) in enumerate(zip(args.model, names, loaded), 1):
+        loaded.append((run, model, cfg, vocab, meta, task, sides))
+    for k, (path, name, (run, model, cfg, vocab, meta, task, sides)) in enumerate(zip(args.model, names, loaded), 1):
         print(f"negation: model {k}/{len(names)}: {path}", file=sys.stderr)
         if given is not None:
             key = "given"
             if key not in sets:
                 sets[key] = {"source": str(args.adjectives), "adjectives": given, "models": []}
         else:
-            key, examples = _training_split(args, cfg, meta)
+            key, examples = _training_split(run)
             if key not in sets:
                 lexicon = lexicon if lexicon is not None else load_lexicon()
                 print(f"negation: extracting adjectives from the {cfg.data.corpus} training split "

@@ -17,9 +17,8 @@ def cmd_wfsa(args) -> int:
     import torch
 
     from .analysis.wfsa import compile_wfsa, path_ngram
+    from .app.run import Run
     from .cells.rational import RationalCell
-    from .data.tokenize import Tokenizer
-    from .train.checkpoint import load_checkpoint
 
     dot = Path(args.dot) if args.dot else None
     if dot is not None:
@@ -27,14 +26,15 @@ def cmd_wfsa(args) -> int:
             raise RnnlensError(f"{dot} exists; use --force to replace it")
         if not dot.parent.is_dir():
             raise RnnlensError(f"folder {dot.parent} does not exist")
-    model, cfg, vocab, meta = load_checkpoint(args.model)
+    run = Run.load(args.model)
+    model, cfg, vocab = run.model, run.config, run.vocab
     cells = getattr(model.encoder, "cells", None)
     if not cells or not isinstance(cells[0], RationalCell):
         raise RnnlensError(f"wfsa explains rational models (cells rrnn-*); this one has cell {cfg.model.cell!r}")
     cell = cells[0]
     if not 0 <= args.dim < cell.hidden_size:
         raise RnnlensError(f"--dim {args.dim} is out of range: the first layer has {cell.hidden_size} dimensions")
-    tokens = Tokenizer(**meta.get("tokenizer", {}))(args.text)
+    tokens = run.tokenizer(args.text)
     if not tokens:
         raise RnnlensError("the text is empty: nothing to score")
     ids = vocab.encode(tokens)
@@ -93,18 +93,18 @@ def cmd_unitary(args) -> int:
     Frobenius distances; with --pairs the Dyck matching pairs Q(close) Q(open)."""
     from .analysis.unitary_tables import (check_urn, default_items, dyck_pairs, format_tables, item_tokens,
                                           urn_tables)
-    from .data.tokenize import Tokenizer
-    from .train.checkpoint import load_checkpoint, output_dir
+    from .app.run import Run
+    from .train.checkpoint import output_dir
 
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not args.force:  # refuse before doing any work
         raise RnnlensError(f"output folder {out} exists; use --force to replace it")
-    model, cfg, vocab, meta = load_checkpoint(args.model)
+    run = Run.load(args.model)
+    model, cfg, vocab, task = run.model, run.config, run.vocab, run.task
     check_urn(model, cfg.model.cell)
-    task = meta.get("task", "classify")
     if args.pairs and task != "dyck":
         raise RnnlensError(f"--pairs needs a Dyck model (task dyck); this one has task {task!r}")
-    tokenizer = Tokenizer(**meta.get("tokenizer", {}))
+    tokenizer = run.tokenizer
     names = list(dict.fromkeys(w.strip() for w in (args.words or default_items(vocab, task))))
     items = [(name, item_tokens(name, vocab, task, tokenizer)) for name in names]
     pairs = dyck_pairs(vocab) if args.pairs else None
@@ -135,17 +135,15 @@ def cmd_unitary(args) -> int:
     return 0
 
 
-def _lm_corpus_sentences(args, cfg) -> dict[str, list[list[str]]]:
-    """The splits of the corpus a language model was trained on, reloaded as _split_batches
-    does, as sentences (word lists, no <eos>): one line of the text a sentence."""
-    from .train.run import load_data, split_sentences
+def _lm_corpus_sentences(run) -> dict[str, list[list[str]]]:
+    """The splits of the corpus a language model was trained on, as sentences (word lists,
+    no <eos>): one line of the text a sentence."""
+    from .train.run import split_sentences
 
-    if getattr(args, "data_dir", None):
-        cfg.data.data_dir = args.data_dir
-    cfg.data.max_train_examples = None
-    data = load_data(cfg)
-    if data.task != "lm":
+    cfg = run.config
+    if run.task != "lm":
         raise RnnlensError(f"the model's corpus {cfg.data.corpus!r} is not a language-modelling corpus")
+    data = run.data()
     out = {}
     for name, examples in data.splits.items():
         if not cfg.data.sentence_level:                 # one stream: cut it at <eos>
@@ -176,7 +174,8 @@ def cmd_attention(args) -> int:
     """What the memory block of an RM/RMR language model attends to (recurrent-memory paper,
     Section 5): Figure 3, Figure 4 samples, Table 3 pairs, Figure 6 with --parses."""
     from .analysis.attention import analyse_attention, format_summary, memory_layout
-    from .train.checkpoint import load_checkpoint, output_dir
+    from .app.run import Run
+    from .train.checkpoint import output_dir
 
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not args.force:  # refuse before doing any work
@@ -185,7 +184,8 @@ def cmd_attention(args) -> int:
                                ("--min-distance", args.min_distance, 1), ("--max-sentences", args.max_sentences, 0)):
         if value < least:
             raise RnnlensError(f"{name} must be >= {least}")
-    model, cfg, vocab, meta = load_checkpoint(args.model)
+    run = Run.load(args.model, data_dir=getattr(args, "data_dir", None))
+    model, cfg, vocab = run.model, run.config, run.vocab
     memory_layout(model)                                  # an LM with a memory block, or a clear error
     parses = None
     if args.parses:
@@ -198,7 +198,7 @@ def cmd_attention(args) -> int:
         raise RnnlensError(f"--data {args.data}: no such text file (give a file with one sentence a line, "
                            "or a split of the model's corpus: train, dev, test)")
     else:
-        corpus = _lm_corpus_sentences(args, cfg)
+        corpus = _lm_corpus_sentences(run)
         if args.data not in corpus:
             raise RnnlensError(f"split {args.data!r} is not available; available: {', '.join(corpus)}")
         sentences = corpus[args.data]
@@ -212,7 +212,7 @@ def cmd_attention(args) -> int:
         train = corpus.get("train")
     else:
         try:
-            train = _lm_corpus_sentences(args, cfg).get("train")
+            train = _lm_corpus_sentences(run).get("train")
         except RnnlensError as e:
             print(f"warning: no co-occurrence counts (the training data could not be read: {e}); "
                   "give it with --train FILE", file=sys.stderr)
@@ -247,16 +247,16 @@ def cmd_complete(args) -> int:
     """MSR sentence completion: score the five filled sentences of each question by total
     log-probability and pick the best (recurrent-memory paper, Section 6)."""
     from .analysis.completion import complete_with_model, format_result
+    from .app.run import Run
     from .data.msr import read_msr_completion
-    from .data.tokenize import Tokenizer
-    from .train.checkpoint import load_checkpoint
 
     if args.batch_size < 1:
         raise RnnlensError("--batch-size must be positive")
-    model, cfg, vocab, meta = load_checkpoint(args.model)
+    run = Run.load(args.model)
+    model, cfg, vocab = run.model, run.config, run.vocab
     if model.task != "lm":
         raise RnnlensError(f"sentence completion needs a language model; {args.model} is a {model.task!r} model")
-    questions = read_msr_completion(args.questions, args.answers, Tokenizer(**meta.get("tokenizer", {})))
+    questions = read_msr_completion(args.questions, args.answers, run.tokenizer)
     res = complete_with_model(model, vocab, questions, batch_size=args.batch_size)
     memory = "none" if cfg.model.memory is None else (
         f"{cfg.model.memory}, {'bidirectional' if cfg.model.memory_bidirectional else 'unidirectional'}")

@@ -76,28 +76,18 @@ def read_metrics(path: Path) -> tuple[list[dict], dict | None, list[str]]:
     return rows, test, notes
 
 
-def _load_data(cfg, meta, data_dir, explicit: bool):
-    """The checkpoint's dataset (all splits, no budget cap) or (None, reason)."""
-    import copy
-
-    from ..train.run import load_data
-
-    cfg = copy.deepcopy(cfg)                     # the card shows the config as it was saved
-    if data_dir:
-        cfg.data.data_dir = str(data_dir)
-    cfg.data.max_train_examples = None
+def _load_data(run, explicit: bool):
+    """The run's dataset (all splits, no budget cap) or (None, reason); with explicit (a
+    --data-dir was given) a failure is an error instead."""
     try:
-        data = load_data(cfg)
+        return run.data(), None
     except RnnlensError as e:
         if explicit:
             raise
-        return None, f"the training data could not be loaded ({e}); pass --data-dir"
-    if data.task != meta.get("task", "classify") or data.labels != meta.get("labels"):
-        msg = "the data found now does not have the task and labels the model was trained on"
-        if explicit:
-            raise RnnlensError(msg)
+        msg = str(e)
+        if "task and labels" not in msg:
+            msg = f"the training data could not be loaded ({e}); pass --data-dir"
         return None, msg
-    return data, None
 
 
 def _eval_split(data) -> str | None:
@@ -458,8 +448,8 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
     data sections are skipped, with the reason, when it cannot be loaded and no data_dir
     was given. sentences: texts to explain instead of n_samples sentences of the test
     split. Returns the report.json dict. Bad input is an RnnlensError."""
-    from ..data.tokenize import Tokenizer
-    from ..train.checkpoint import load_checkpoint, output_dir
+    from ..train.checkpoint import output_dir
+    from .run import Run
 
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
@@ -468,9 +458,9 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
     if n_samples < 0 or faithfulness_sentences < 0:
         raise RnnlensError("--samples and --faithfulness-sentences must be >= 0")
     model_dir = Path(model_dir)
-    model, cfg, vocab, meta = load_checkpoint(model_dir)
-    task = meta.get("task", "classify")
-    tok = Tokenizer(**meta.get("tokenizer", {}))
+    run = Run.load(model_dir, data_dir=data_dir)
+    model, cfg, vocab, meta, task = run.model, run.config, run.vocab, run.meta, run.task
+    tok = run.tokenizer
     texts = list(sentences or [])
     for s in texts:
         if not tok(s):
@@ -481,7 +471,7 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
             print(f"report: {msg} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr, flush=True)
 
     say(f"loaded {model_dir}")
-    data, data_note = _load_data(cfg, meta, data_dir, explicit=data_dir is not None)
+    data, data_note = _load_data(run, explicit=data_dir is not None)
     say("data loaded" if data else "data not available")
     split = _eval_split(data) if data else None
     rows, test, metric_notes = read_metrics(model_dir / "metrics.jsonl")

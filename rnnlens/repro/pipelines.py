@@ -13,9 +13,10 @@ from .run import KINDS, Context, NotRun, RowResult, kind, missing_data, per_seed
 
 
 def _load(run):
-    from ..train.checkpoint import load_checkpoint
+    """The trained run behind a row's Run record, loaded (rnnlens.app.run.Run)."""
+    from ..app.run import Run as Trained
 
-    return load_checkpoint(run.path)
+    return Trained.load(run.path)
 
 
 # --- formal languages -------------------------------------------------------------------
@@ -94,7 +95,8 @@ def agreement_row(ctx: Context, table: Table, row: Row) -> RowResult:
     def lm_eval(run):
         from ..analysis.agreement import agreement_lm_eval
 
-        model, cfg, vocab, meta = _load(run)
+        trained = _load(run)
+        model, cfg, vocab, meta = trained.model, trained.config, trained.vocab, trained.meta
         r = agreement_lm_eval(model, vocab, Path(ctx.data_dir) / row.extra["testset"])
         out = {"all": float(r["accuracy"])}
         out.update({k: float(v["accuracy"]) for k, v in sorted(r["by_attractors"].items(), key=lambda kv: int(kv[0]))
@@ -118,8 +120,8 @@ def unitary_row(ctx: Context, table: Table, row: Row) -> RowResult:
     def effect(run):
         key = (str(run.path), table.id)
         if key not in _UNITARY:
-            model, cfg, vocab, meta = _load(run)
-            task = meta.get("task", "classify")
+            trained = _load(run)
+            model, vocab, task = trained.model, trained.vocab, trained.task
             chars = [r.label for r in table.rows if r.extra.get("item", "character") != "pair"]
             items = [(c, item_tokens(c, vocab, task)) for c in chars]
             pairs = dyck_pairs(vocab) if any(r.extra.get("item") == "pair" for r in table.rows) else None
@@ -159,17 +161,15 @@ def negation_row(ctx: Context, table: Table, row: Row) -> RowResult:
     n-gram (or context) score of X and "not X" per polarity; check: "not" reverses both."""
     from ..analysis.negation import (extract_adjectives, load_lexicon, negation_study, sentiment_sides,
                                      summarize_study)
-    from ..train.run import load_data
 
     if row.config is None:
         return RowResult(row, status="no config", note=row.note)
 
     def medians(run):
-        model, cfg, vocab, meta = _load(run)
-        task = meta.get("task", "classify")
-        sides = sentiment_sides(task, meta["labels"], cfg.data.corpus)
-        cfg.data.max_train_examples = None
-        examples = load_data(cfg).splits["train"]
+        trained = _load(run)
+        model, cfg, vocab = trained.model, trained.config, trained.vocab
+        sides = sentiment_sides(trained.task, trained.labels, cfg.data.corpus)
+        examples = trained.split("train")
         adj = extract_adjectives(examples, sides.is_positive, sides.is_negative, load_lexicon())
         kind_ = None if row.extra.get("score") in (None, "auto") else (
             "ngram" if row.extra["score"] == "n-gram" else "context")
