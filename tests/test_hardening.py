@@ -540,7 +540,7 @@ def _files_under(root: Path) -> set[str]:
 
 @pytest.mark.parametrize("model_name", ["..", "../../escape", "a/../../b", "..\\..\\x", "m<>:|?*\"'", "/"])
 def test_model_names_are_plain_file_names(model_name):
-    from rnnlens.cli import _model_names
+    from rnnlens.cli.negation import _model_names
 
     for name in _model_names([model_name, model_name]):
         assert name and "/" not in name and "\\" not in name and name not in (".", "..")

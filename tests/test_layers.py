@@ -17,7 +17,7 @@ LAYERS = {
     "analysis": 4, "viz": 4,
     "train": 5,
     "app": 6, "repro": 6, "demo": 6, "bench": 6,
-    "cli": 7, "cli_families": 7, "__main__": 7,
+    "cli": 7, "__main__": 7,
 }
 TOP = 8          # the package's own __init__ (it re-exports and imports the registries)
 

@@ -69,7 +69,8 @@ def test_readme_starts_with_the_two_commands():
 
 
 def test_readme_commands_parse():
-    from rnnlens.cli import build_parser, cmd_demo
+    from rnnlens.cli import build_parser
+    from rnnlens.cli.demo import cmd_demo
 
     demo_line, test_line = blocks("bash")[0].strip().splitlines()
     for line in (demo_line, test_line):

@@ -165,7 +165,7 @@ def test_explain_file_in_chunks_equals_one_piece(model_dirs, name, tmp_path, cap
     argv = ["explain", "--model", str(model_dirs[name]), "--file", str(doc), "--top", "7", "--max-n", "3", "--json"]
     results = []
     for L in (10 ** 6, 64, 17):
-        monkeypatch.setattr(cli, "DOCUMENT_CHUNK", L)
+        monkeypatch.setattr(cli.explain, "DOCUMENT_CHUNK", L)
         assert cli.main(argv) == 0
         out, err = capsys.readouterr()
         results.append(json.loads(out))

@@ -1,0 +1,112 @@
+"""The `rnnlens` command line: one module per command (parse -> the layers below -> print),
+each with its `add_parser(sub)`. Bad input ends with one line on stderr and exit code 2."""
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import sys
+
+from ..errors import RnnlensError
+from . import (
+    attention,
+    bench,
+    complete,
+    demo,
+    evaluate,
+    explain,
+    faithfulness,
+    negation,
+    report,
+    train,
+    unitary,
+    vectors,
+    wfsa,
+)
+
+# the order of `rnnlens --help`
+COMMANDS = (demo, train, vectors, evaluate, bench, explain, wfsa, faithfulness, negation, report, unitary, attention,
+            complete)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and still exit code 2)."""
+
+    def error(self, message: str):
+        # "argument --top: must be >= 1, got 0" -> "--top must be >= 1, got 0"
+        if message.startswith("argument ") and ": must be " in message:
+            flag, _, rest = message[len("argument "):].partition(": ")
+            message = f"{flag} {rest}"
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..repro.command import add_parser as add_repro_parser
+    from ..version import __version__
+
+    p = _Parser(prog="rnnlens", description="Train recurrent networks and read what they compute as n-grams.")
+    p.add_argument("--version", action="version", version=f"rnnlens {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for module in COMMANDS:
+        module.add_parser(sub)
+    add_repro_parser(sub)
+    return p
+
+
+def _tolerant_output() -> None:
+    """Text the terminal cannot encode (a byte of argv that was not UTF-8, a word outside a
+    Latin-1 locale) is printed as a backslash escape, not a UnicodeEncodeError traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError, AttributeError):
+                pass
+
+
+# The exit code when stdout's reader went away (`rnnlens ... | head -1`): 128 + SIGPIPE, what
+# a shell reports for `cat`, `grep` and the rest in that case, so `set -o pipefail` sees the
+# same as for them.
+PIPE_CLOSED = 141
+
+
+def _pipe_closed() -> int:
+    """End quietly after a BrokenPipeError on stdout: what is still buffered goes to
+    /dev/null, so the flush at exit finds nothing to complain about (Python's recipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):      # a stdout without a file descriptor (captured)
+        pass
+    return PIPE_CLOSED
+
+
+def main(argv: list[str] | None = None) -> int:
+    _tolerant_output()
+    try:
+        args = build_parser().parse_args(argv)
+        try:
+            code = args.func(args)
+        except RnnlensError as e:
+            one_line = " ".join(part.strip() for part in str(e).split("\n") if part.strip())
+            print(f"rnnlens: error: {one_line}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("rnnlens: interrupted", file=sys.stderr)
+            return 130
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            what = (e.strerror or str(e)).strip()
+            where = f" while writing {e.filename}" if e.filename else ""
+            print(f"rnnlens: error: {what[:1].lower() + what[1:]}{where}", file=sys.stderr)
+            return 2
+        sys.stdout.flush()             # a closed pipe shows here, not in the flush at exit
+        return code
+    except BrokenPipeError:
+        return _pipe_closed()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""`rnnlens bench`: training speed at a small setting, or the whole benchmark suite."""
+from __future__ import annotations
+
+from ..argtypes import POSITIVE, SIZE
+
+
+def cmd_bench(args) -> int:
+    from ..bench import run_bench, run_suite
+
+    if args.all:
+        print(run_suite(quick=args.quick, device=args.device, out=args.out, threads=args.threads,
+                        time_limit=args.time_limit))
+        return 0
+    run_bench(cell=args.cell, hidden=args.hidden, batch=args.batch, length=args.length, steps=args.steps)
+    return 0
+
+
+def add_parser(sub) -> None:
+    b = sub.add_parser("bench", help="training tokens/s of every head at a fixed small setting")
+    b.add_argument("--cell", default="gru")
+    b.add_argument("--hidden", type=SIZE, default=128)
+    b.add_argument("--batch", type=SIZE, default=32)
+    b.add_argument("--length", type=SIZE, default=35)
+    b.add_argument("--steps", type=SIZE, default=10)
+    b.add_argument("--all", action="store_true",
+                   help="the whole suite of benchmarks/ (every cell and analysis against its reference, "
+                        "ratios against the targets): writes benchmarks/RESULTS.md")
+    b.add_argument("--quick", action="store_true", help="--all at smoke sizes (under a minute; RESULTS-quick.md)")
+    b.add_argument("--device", default="cpu", help="--all: cpu or cuda")
+    b.add_argument("--threads", type=SIZE, default=None, help="--all: torch threads (default 2; --quick: 1)")
+    b.add_argument("--out", help="--all: the markdown file to write")
+    b.add_argument("--time-limit", type=POSITIVE, default=None, metavar="SECONDS",
+                   help="--all: start no measurement after this many seconds (the report marks the rest not run)")
+    b.set_defaults(func=cmd_bench)

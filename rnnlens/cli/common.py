@@ -1,0 +1,49 @@
+"""What several commands share: config override flags, loading --model, a scores line."""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import RnnlensError
+
+
+def _config_type(where: str, typ):
+    """The argparse type of a config flag: its text parsed as the field's type (the range is
+    Config.validate's to check, naming the field)."""
+    from ..config import parse_flag
+
+    def parse(text: str):
+        try:
+            return parse_flag(text, typ, where)
+        except RnnlensError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    from ..config import TASKS, flat_fields
+
+    g = p.add_argument_group("config overrides (each also settable in --config)")
+    from ..cells import CELLS
+    from ..data.datasets import DATASETS
+
+    choices = {"corpus": ["polarity", "tsv", *DATASETS], "cell": [*CELLS, "transformer"],
+               "task": list(TASKS)}
+    for name, (section, typ) in flat_fields().items():
+        flags = [f"--{name.replace('_', '-')}"] + (["--data"] if name == "corpus" else [])
+        extra = f": one of {', '.join(choices[name])}" if name in choices else ""
+        # SUPPRESS: a flag not given is absent, so that a given "none" (None) is told from it
+        g.add_argument(*flags, dest=f"cfg:{section}.{name}", metavar="V", help=f"{section}.{name}{extra}",
+                       type=_config_type(f"{section}.{name}", typ), default=argparse.SUPPRESS)
+
+
+def _scores_line(scores: dict) -> str:
+    """The numbers of a metrics dict as k=v; breakdowns (dicts) are left to --json / metrics.jsonl."""
+    return " ".join(f"{k}={v:.4f}" for k, v in scores.items() if isinstance(v, (int, float)))
+
+
+def _load_run(args, device: str = "cpu"):
+    """The model folder of --model, with --data-dir (if the command has it) as where its data
+    lives now."""
+    from ..app.run import Run
+
+    return Run.load(args.model, device=device, data_dir=getattr(args, "data_dir", None))

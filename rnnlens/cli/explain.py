@@ -1,0 +1,168 @@
+"""`rnnlens explain`: the n-grams of a text (or a document, streamed) and their scores."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..argtypes import SIZE, new_file
+from ..errors import RnnlensError
+from .common import _load_run
+
+STREAM_TOKENS = 400       # longer texts are explained by the streamed top-k
+
+
+DOCUMENT_CHUNK = 2048     # tokens of a document in one linear view (memory per chunk, not per document)
+
+
+def cmd_explain(args) -> int:
+    png = Path(args.png) if args.png else None
+    # before any work: the parser's `new_file` refused a folder or a missing parent folder
+    if png is not None and png.exists() and not args.force:
+        raise RnnlensError(f"{png} exists; use --force to replace it")
+    if (args.text is None) == (args.file is None):
+        raise RnnlensError("give the text to explain, or --file with a document (not both)")
+    text = args.text
+    if args.file is not None:
+        try:
+            text = Path(args.file).read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as e:
+            raise RnnlensError(f"cannot read {args.file}: {e}") from None
+    run = _load_run(args)
+    model, vocab = run.model, run.vocab
+    tokens = run.tokenizer(text)
+    if not tokens:
+        raise RnnlensError("the text is empty: nothing to explain")
+    labels = run.labels
+    if args.file is not None or len(tokens) > STREAM_TOKENS:
+        return _explain_document(args, model, vocab, tokens, labels)
+    from ..analysis.sentence import explain_text
+
+    ex = explain_text(model, vocab, tokens, target=args.target)
+    if ex.unknown:
+        which = "all tokens are" if len(ex.unknown) == len(tokens) else "some tokens are"
+        print(f"warning: {which} unknown to the model and read as <unk>: {' '.join(sorted(set(ex.unknown)))}",
+              file=sys.stderr)
+    top = args.top or None
+    if png is not None:
+        _explain_png(ex, png)
+    if args.json:
+        print(json.dumps(ex.to_dict(top), indent=2))
+        return 0
+    print(_explain_text(ex, top))
+    if png is not None:
+        print(f"wrote {png}")
+    return 0
+
+
+def _explain_png(ex, png: Path) -> None:
+    """The heatmap of a sentence: the standalone n-gram scores where the model has them,
+    else the contributions (per position: those of the n-grams ending at each token)."""
+    import numpy as np
+
+    from ..outfiles import replacing
+    from ..viz.plots import ngram_heatmap
+
+    T = len(ex.tokens)
+    if ex.polarity is not None:
+        grid, title = ex.polarity, f"n-gram scores toward '{ex.positions[0].target}'"
+    elif ex.sentence_level:
+        grid, title = ex.positions[0].ngrams[0], f"n-gram contributions toward '{ex.positions[0].target}'"
+    else:
+        grid = np.stack([p.ngrams[0, t] for t, p in enumerate(ex.positions)]) if T else np.zeros((0, 0))
+        title = "n-gram contributions to each token's output"
+    with replacing(png, suffix=".png") as tmp:
+        ngram_heatmap(ex.tokens, grid, tmp, title)
+
+
+def _explain_text(ex, top: int | None) -> str:
+    """The terminal form of a TextExplanation: the prediction, then each explained output as
+    output = offset + n-grams + remainder with its largest n-grams."""
+    kind = "exact" if ex.exact else "first-order"
+    layer = "" if ex.layers == 1 and ex.directions == 1 else " of the first layer"
+    lines = []
+    if ex.probabilities:
+        probs = ", ".join(f"{lab} {p:.3f}" for lab, p in ex.probabilities.items())
+        lines.append(f"prediction: {ex.prediction} ({probs})")
+    else:
+        lines.append(f"prediction: {ex.prediction}")
+    lines.append(f"explained: {ex.explained} = offset + n-grams + remainder ({kind} view{layer})")
+    both = ex.directions > 1
+    shown = [p.top(ex.tokens, top if top is not None or p.position is None else 3) for p in ex.positions]
+    width = max(10, min(60, max((len(r["text"]) for rows in shown for r in rows), default=10)))
+    for p, rows in zip(ex.positions, shown):
+        head = "" if p.position is None else f"[{p.position}] {ex.tokens[p.position]} -> {p.target}: "
+        lines.append(f"{head}{p.output:+.3f} = offset {p.offset:+.3f} + n-grams {p.ngram_total:+.3f} "
+                     f"+ remainder {p.remainder:+.3f}")
+        if not rows:
+            continue
+        indent = "" if p.position is None else "    "
+        if p.position is None:
+            lines.append(f"{'direction  ' if both else ''}{'start':>5} {'end':>4}  {'n-gram':<{width}} {'contribution':>12}")
+        for r in rows:
+            text = r["text"] if len(r["text"]) <= width else r["text"][: width - 1] + "…"
+            d = f"{r['direction']:<9}  " if both else ""
+            lines.append(f"{indent}{d}{r['start']:>5} {r['end']:>4}  {text:<{width}} {r['score']:>+12.3f}")
+    return "\n".join(lines)
+
+
+def _explain_document(args, model, vocab, tokens, labels) -> int:
+    """Streamed top-k n-grams of a long document in memory that does not grow with it: the
+    linear view is built for DOCUMENT_CHUNK tokens at a time and TopNgrams carries the
+    n-grams of at most --max-n tokens and the running top-k from one chunk to the next."""
+    import torch
+    from tqdm import tqdm
+
+    from ..analysis.ngrams import TopNgrams
+    from ..analysis.sentence import readout_row
+    from ..data.batching import Example, collate
+
+    if model.cfg.layers != 1 or getattr(model.encoder, "directions", 1) != 1 or model.cfg.cell == "transformer":
+        raise RnnlensError("documents are explained for one-layer, one-direction recurrent models; "
+                           "use rnnlens.analysis.attribution.NGramAttribution for others")
+    if model.cfg.memory is not None:
+        raise RnnlensError("a memory network's head reads the memory block's output, not the recurrent state "
+                           "the n-grams decompose, so a document's standalone n-gram scores do not apply; "
+                           "explain its sentences instead (the gradient reads the block)")
+    if args.png:
+        raise RnnlensError("--png draws the heatmap of a sentence; a document gets the top-k list only")
+    w, name = readout_row(model, vocab, args.target)
+    stream = TopNgrams(w, k=args.top or 20, max_n=args.max_n)
+    L = DOCUMENT_CHUNK
+    with torch.no_grad(), tqdm(total=len(tokens), unit="tok", desc="explain", file=sys.stderr,
+                               disable=len(tokens) <= L) as bar:
+        for a in range(0, len(tokens), L):
+            # one token of overlap: every chunk after the first starts at a token already read,
+            # so a view that treats a call's first token apart (MVM: the only n-gram start)
+            # or whose step reads x_{t-1} sees the document as one call does
+            lo = max(0, a - 1)
+            stream.add(model.linear_view(collate([Example(tokens[lo: a + L])], vocab)), offset=lo)
+            bar.update(min(L, len(tokens) - a))
+    top = stream.result()
+    rows = [{"start": i, "end": t, "text": " ".join(tokens[i: t + 1]), "score": sc} for sc, i, t in top]
+    if args.json:
+        print(json.dumps({"tokens": len(tokens), "target": name, "max_n": args.max_n, "ngrams": rows}, indent=2))
+        return 0
+    print(f"{len(tokens)} tokens; the {len(rows)} n-grams of at most {args.max_n} tokens with the largest "
+          f"|score| toward '{name}' (w^T v(i:t), each n-gram on its own)")
+    width = max(10, min(60, max((len(r["text"]) for r in rows), default=10)))
+    print(f"{'start':>6} {'end':>6}  {'n-gram':<{width}} {'score':>8}")
+    for r in rows:
+        text = r["text"] if len(r["text"]) <= width else r["text"][: width - 1] + "…"
+        print(f"{r['start']:>6} {r['end']:>6}  {text:<{width}} {r['score']:>+8.3f}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    e = sub.add_parser("explain", help="the n-grams of a text and their scores")
+    e.add_argument("--model", required=True, help="checkpoint folder")
+    e.add_argument("text", nargs="?", help="the text (or --file)")
+    e.add_argument("--file", help="a document to explain: its top-k n-grams, streamed in bounded memory")
+    e.add_argument("--max-n", type=SIZE, default=8, help="documents: longest n-gram considered (default 8)")
+    e.add_argument("--target", help="label to explain (default: the prediction)")
+    e.add_argument("--top", type=SIZE, default=None, metavar="K", help="show only the K (>= 1) n-grams with "
+                   "the largest |score| (default: all of a sentence's; documents: 20)")
+    e.add_argument("--json", action="store_true", help="machine-readable output")
+    e.add_argument("--png", type=new_file, help="also write the n-gram heatmap to this PNG file")
+    e.add_argument("--force", action="store_true", help="replace the PNG file if it exists")
+    e.set_defaults(func=cmd_explain)

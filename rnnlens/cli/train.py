@@ -1,0 +1,85 @@
+"""`rnnlens train`: train a model from flags and/or a config file (resumable)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import RnnlensError
+from .common import _add_config_flags, _scores_line
+
+
+def cmd_train(args) -> int:
+    from ..outfiles import writing
+    from ..train import distributed
+
+    if args.resume and args.out and Path(args.out) != Path(args.resume):
+        raise RnnlensError(f"--out {args.out} and --resume {args.resume} name different folders; give one")
+    out = args.resume or args.out
+    if not out:
+        raise RnnlensError("train needs --out FOLDER (or --resume FOLDER to continue an interrupted run)")
+    dist = distributed.join()        # launched by torchrun: this process's rank; else None
+    # OUT is locked from before --resume reads OUT.partial/ to the end of the run: a second
+    # `train` on it (plain, --resume or --force) is refused while this one lives
+    with distributed.main_writes(dist, lambda: writing(out, create_parent=True), None):
+        return _train(args, out, dist)
+
+
+def _train(args, out, dist) -> int:
+    import shlex
+
+    from ..config import Config, load_config_file
+    from ..train import distributed
+    from ..train.resume import (
+        Checkpoints,
+        config_differences,
+        partial_dir,
+        training_dir,
+    )
+    from ..train.run import train_run
+
+    main = dist is None or dist.is_main    # the process that writes
+    saved = distributed.find_resume(dist, out) if args.resume else None   # the newest intact checkpoint
+    if args.config:
+        cfg = load_config_file(args.config, budget=args.budget)
+    else:
+        cfg = Config.from_dict(saved.state["config"]) if saved else Config()
+    d = cfg.to_dict()
+    for key, value in vars(args).items():
+        if key.startswith("cfg:"):
+            section, name = key[4:].split(".")
+            d[section][name] = value
+    cfg = Config.from_dict(d)
+    if saved:
+        diff = config_differences(Config.from_dict(saved.state["config"]).to_dict(), cfg.to_dict())
+        if diff:
+            raise RnnlensError(f"--resume {out}: the config differs from the interrupted run's in "
+                               f"{'; '.join(diff)}; resume with the same settings, or start again with --force")
+        if main:
+            print(f"resuming {out} from {saved.where()}", flush=True)
+    try:                             # only rank 0 creates and writes OUT.partial/
+        with distributed.main_writes(dist, lambda: training_dir(out, force=args.force, resume=saved is not None),
+                                     partial_dir(out)) as tmp:
+            ckpts = Checkpoints(tmp, cfg.to_dict(), cfg.train.checkpoint_every, resume=saved,
+                                hint=f"rnnlens train --resume {shlex.quote(str(out))}")
+            res = train_run(cfg, tmp, progress=main and not args.quiet, checkpoints=ckpts, dist=dist)
+    finally:
+        if dist is not None:
+            distributed.shutdown()
+    if not main:
+        return 0
+    if res.test:
+        print("test " + _scores_line(res.test))
+    print(f"wrote {out}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    t = sub.add_parser("train", help="train a classifier from flags and/or a config file")
+    t.add_argument("--config", help="JSON (or TOML) file with sections data, model, train")
+    t.add_argument("--budget", help="a named budget of the config file (e.g. quick); default: full")
+    t.add_argument("--out", help="checkpoint folder to create (trained in OUT.partial/, renamed when done)")
+    t.add_argument("--resume", metavar="OUT", help="continue the interrupted run whose --out was OUT "
+                   "from the newest intact checkpoint in OUT.partial/ (same config; flags that differ are refused)")
+    t.add_argument("--force", action="store_true", help="replace the output folder if it exists")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_config_flags(t)
+    t.set_defaults(func=cmd_train)
