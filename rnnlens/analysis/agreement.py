@@ -22,7 +22,7 @@ def lm_log_probs(head, h: torch.Tensor) -> torch.Tensor:
     """Next-word log-probabilities [B,V] from states h[B,H] through an LMHead (full or
     adaptive softmax)."""
     out = head(h[:, None, :], None)[:, 0]
-    if getattr(head, "adaptive", None) is not None:
+    if head.adaptive is not None:
         return head.adaptive.log_prob(out)
     return F.log_softmax(out, -1)
 

@@ -494,7 +494,7 @@ def _argmax_words(model, batch) -> torch.Tensor:
     """[B,T] the model's most probable next token (an adaptive softmax head outputs the
     projected states; its own predict() gives the argmax)."""
     out = model(batch)
-    adaptive = getattr(model.head, "adaptive", None)
+    adaptive = model.head.adaptive
     if adaptive is not None:
         B, T, D = out.shape
         return adaptive.predict(out.reshape(B * T, D)).view(B, T).cpu()

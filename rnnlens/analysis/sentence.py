@@ -150,7 +150,7 @@ class _Scores(nn.Module):
         if model.task == "lm":
             model.reset_state()
         out = model(batch)
-        adaptive = getattr(model.head, "adaptive", None)
+        adaptive = model.head.adaptive
         if model.task == "lm" and adaptive is not None:
             B, T, H = out.shape
             out = adaptive.log_prob(out.reshape(B * T, H)).view(B, T, -1)
@@ -305,7 +305,7 @@ def _explain_positions(model, batch, out, attr, names, target, common) -> TextEx
     positions = [PositionExplanation(t, names[goal[t]], float(a.output[0]), float(a.offset[0]),
                                      float(a.remainder[0]), a.ngrams[0].double().cpu().numpy())
                  for t, a in enumerate(results)]
-    adaptive = model.task == "lm" and getattr(model.head, "adaptive", None) is not None
+    adaptive = model.task == "lm" and model.head.adaptive is not None
     quantity = {"lm": "log-probability" if adaptive else "logit", "tag": "emission score"}.get(model.task, "logit")
     thing = {"lm": "word", "tag": "tag"}.get(model.task, "symbol")
     which = f"'{target}'" if target is not None else f"the predicted {thing}"

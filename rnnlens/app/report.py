@@ -312,7 +312,7 @@ def _curves(rows, model, fig_dir) -> tuple[str, dict]:
     if not rows:
         return _section("training-curves", "Training curves",
                         _note("metrics.jsonl has no per-epoch rows: nothing to plot")), {"skipped": "no epochs"}
-    metric = getattr(model.head, "select", ("accuracy", "max"))[0]
+    metric = model.head.select[0]
     if not any(f"dev_{metric}" in r for r in rows):
         metric = None
     png = plots.training_curves(rows, fig_dir / "curves.png", metric, f"{len(rows)} epoch(s)")

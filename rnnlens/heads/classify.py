@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import register
+from .base import Head
 
 POOLINGS = ("final", "mean")
 register("pooling", POOLINGS)
@@ -37,7 +38,7 @@ def last_pool(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return states[torch.arange(states.shape[0], device=states.device), end_positions(mask.to(states.device))[1]]
 
 
-class ClassificationHead(nn.Module):
+class ClassificationHead(Head):
     """forward(states[B,T,D], batch) -> logits [B] (binary) or [B,C]."""
 
     select = ("accuracy", "max")

@@ -21,11 +21,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.formal import CLOSERS, CROSS_TEST, START, annotate_dyck, crossserial_mn, crossserial_valid_sets
+from ..data.formal import (
+    CLOSERS,
+    CROSS_TEST,
+    START,
+    annotate_dyck,
+    crossserial_mn,
+    crossserial_valid_sets,
+)
 from ..metrics import accuracy_by
+from .base import Head
 
 
-class NextSymbolHead(nn.Module):
+class NextSymbolHead(Head):
     """forward(states[B,T,H], batch) -> logits [B,T,C] over the C symbols.
 
     loss: cross-entropy at every position that has a next symbol, averaged over them.

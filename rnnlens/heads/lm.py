@@ -7,9 +7,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data.vocab import Vocab
+from .base import Head
 
 
-class LMHead(nn.Module):
+class LMHead(Head):
     """forward(states[B,T,H], batch) -> logits [B,T,V] (or the projected states when the
     adaptive softmax is on; its loss computes the log-probabilities itself)."""
 

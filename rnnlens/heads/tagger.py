@@ -6,10 +6,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .base import Head
 from .crf import LinearChainCRF
 
 
-class TaggerHead(nn.Module):
+class TaggerHead(Head):
     """forward(states[B,T,D], batch) -> emissions[B,T,K]; loss = CRF negative log-likelihood
     per sentence, averaged over the batch."""
 

@@ -80,7 +80,7 @@ class Trainer:
         self.progress = progress
         # (metric, "max" | "min"): what early stopping and the best checkpoint follow
         self.select = select or (parse_select(cfg.select) if cfg.select
-                                 else getattr(model.head, "select", ("accuracy", "max")))
+                                 else model.head.select)
         if dist is not None:
             from .distributed import loss_units, rank_device
 
@@ -149,11 +149,7 @@ class Trainer:
             batch = batch.to(self.device)
             with self._autocast():
                 out = self.model(batch)
-                head = self.model.head
-                if hasattr(head, "loss_and_metrics"):
-                    loss, metrics = head.loss_and_metrics(out, batch)
-                else:
-                    loss, metrics = self.model.loss(out, batch), head.metrics(out, batch)
+                loss, metrics = self.model.head.loss_and_metrics(out, batch)
             if d is not None:            # the batch's mean loss is the shares' weighted sum
                 loss_sum += loss.item() * share * size
             else:
@@ -280,7 +276,7 @@ class Trainer:
 
         self.model.train()
         _reset(self.model)
-        track = getattr(self.model.head, "train_metrics", True)
+        track = self.model.head.train_metrics
         pos, self._resume_pos = self._resume_pos, None
         sums: dict = pos["sums"] if pos else {}
         loss_sum, n = (pos["loss_sum"], pos["n"]) if pos else (0.0, 0)
