@@ -74,10 +74,25 @@ class Run:
         """The run's config for reloading its data: every split whole (no training cap), from
         data_dir when given."""
         cfg = copy.deepcopy(self.config)
+        d = cfg.data
         if self.data_dir:
-            cfg.data.data_dir = self.data_dir
-        cfg.data.max_train_examples = None
+            d.data_dir = self.data_dir
+        for name in ("train_file", "dev_file", "test_file") + (() if self.data_dir else ("data_dir",)):
+            setattr(d, name, self._resolve(getattr(d, name)))
+        d.max_train_examples = None
         return cfg
+
+    def _resolve(self, value: str | None) -> str | None:
+        """A data path of the config, found from this working folder: as stored if it is there,
+        else in data_dir (a file by its name), else relative to the folder training ran in."""
+        if not value or Path(value).is_absolute() or Path(value).exists():
+            return value
+        if self.data_dir and (Path(self.data_dir) / Path(value).name).exists():
+            return str(Path(self.data_dir) / Path(value).name)
+        trained_in = self.meta.get("trained_in")
+        if trained_in and (Path(trained_in) / value).exists():
+            return str(Path(trained_in) / value)
+        return value
 
     def data(self) -> Dataset:
         """The dataset the run was trained on, reloaded once; RnnlensError if it is not there

@@ -17,6 +17,7 @@ from . import (
     explain,
     faithfulness,
     negation,
+    predict,
     report,
     train,
     unitary,
@@ -25,7 +26,7 @@ from . import (
 )
 
 # the order of `rnnlens --help`
-COMMANDS = (demo, train, vectors, evaluate, bench, explain, wfsa, faithfulness, negation, report, unitary, attention,
+COMMANDS = (demo, train, vectors, evaluate, predict, bench, explain, wfsa, faithfulness, negation, report, unitary, attention,
             complete)
 
 

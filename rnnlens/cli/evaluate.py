@@ -2,23 +2,60 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+from ..argtypes import new_file
 from ..errors import RnnlensError
 from .common import _load_run, _scores_line
 
 
 def cmd_eval(args) -> int:
-    from ..train.run import check_device
+    from ..train.run import batches, check_device
     from ..train.trainer import Trainer
 
+    png = Path(args.png) if args.png else None
+    if png is not None and png.exists() and not args.force:     # refuse before any work
+        raise RnnlensError(f"{png} exists; use --force to replace it")
     check_device(args.device)
     run = _load_run(args, device=args.device)
     run.config.train.device = args.device
-    scores = Trainer(run.model, run.config.train, progress=False).evaluate(run.batches(args.split))
-    if args.json:
-        print(json.dumps({"split": args.split, **scores}))
+    if args.test_file:
+        from ..app.predict import file_examples
+
+        examples = file_examples(run, args.test_file)
+        what = str(args.test_file)
+        data = batches(run.data_config(), run.task, examples, run.vocab, train=False)
     else:
-        print(f"{args.split} " + _scores_line(scores))
+        what, examples, data = args.split, None, run.batches(args.split)
+        if png is not None or run.task == "classify":
+            examples = run.split(args.split)
+    scores = Trainer(run.model, run.config.train, progress=False).evaluate(data)
+    report = None
+    if run.task == "classify" and examples is not None:
+        from ..app.predict import classification_report
+
+        report = classification_report(run, examples)
+    if png is not None:
+        if report is None:
+            raise RnnlensError("--png draws a classifier's confusion matrix; this model's task is "
+                               f"{run.task!r}")
+        from ..outfiles import replacing
+        from ..viz.plots import confusion_matrix
+
+        with replacing(png, suffix=".png") as tmp:
+            confusion_matrix(report["labels"], report["confusion"], tmp, f"{run.path.name} on {Path(what).name}")
+    if args.json:
+        print(json.dumps({"split" if not args.test_file else "file": what, **scores,
+                          **({"report": report} if report else {})}))
+    else:
+        print(f"{what} " + _scores_line(scores))
+        if report is not None:
+            from ..app.predict import report_text
+
+            print()
+            print(report_text(report))
+        if png is not None:
+            print(f"wrote {png}")
     return 0
 
 
@@ -39,11 +76,16 @@ def cmd_approx_error(args) -> int:
 
 
 def add_parser(sub) -> None:
-    v = sub.add_parser("eval", help="evaluate a trained model on a split of its dataset")
+    v = sub.add_parser("eval", help="evaluate a trained model on a split of its dataset, or on a labelled "
+                       "file (classifiers: per-class precision, recall, F1 and the confusion matrix too)")
     v.add_argument("--model", required=True, help="checkpoint folder")
     v.add_argument("--split", default="test")
+    v.add_argument("--test-file", metavar="FILE", help="a labelled file in the training format instead of a "
+                   "split: label<TAB>text lines (classifiers), CoNLL-2003 columns (taggers), plain text (LMs)")
     v.add_argument("--data-dir", help="where the dataset is now (default: where it was in training)")
     v.add_argument("--device", default="cpu")
+    v.add_argument("--png", type=new_file, help="classifiers: also draw the confusion matrix to this PNG file")
+    v.add_argument("--force", action="store_true", help="replace the PNG file if it exists")
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_eval)
 

@@ -45,6 +45,9 @@ def save_checkpoint(path: str | Path, model: torch.nn.Module, cfg: Config, vocab
         raise OSError(code, os.strerror(code), str(path / "model.safetensors")) from None
     meta = {"format": FORMAT, "task": task, "labels": labels, "vocab_size": len(vocab), "notes": notes or [],
             "tokenizer": Tokenizer(lowercase=cfg.data.lowercase).to_dict(), "config": cfg.to_dict(),
+            # the folder the config's relative data paths were relative to (app.run.Run reads
+            # the data from any working folder through it)
+            "trained_in": str(Path.cwd()),
             # what load_checkpoint checks: a vocab.json or weights file of another model (even
             # one of the same size and architecture) is refused
             "sha256": {name: file_sha256(path / name) for name in ("vocab.json", "model.safetensors")}}

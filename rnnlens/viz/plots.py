@@ -337,3 +337,32 @@ def distance_heatmap(names: Sequence[str], table, path: str | Path, title: str =
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
+
+
+def confusion_matrix(labels: Sequence[str], counts, path: str | Path, title: str = "") -> Path:
+    """A confusion matrix (rows: gold, columns: predicted) with its counts; each row shaded
+    by its share of the gold class, so that classes of different sizes read alike."""
+    plt = _plt()
+    C = np.asarray(counts, dtype=float)
+    share = C / np.maximum(C.sum(1, keepdims=True), 1.0)
+    k = len(labels)
+    size = 0.55 * k + 2.6
+    fig, ax = plt.subplots(figsize=(size + 1.2, size))
+    im = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
+    short = [_short(str(lab), 18) for lab in labels]
+    tilt = max((len(s) for s in short), default=0) > 3
+    ax.set_xticks(range(k), short, rotation=45 if tilt else 0, ha="right" if tilt else "center")
+    ax.set_yticks(range(k), short)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("gold")
+    if k <= 30:
+        for i in range(k):
+            for j in range(k):
+                ax.text(j, i, f"{int(C[i, j])}", ha="center", va="center", fontsize=7,
+                        color="white" if share[i, j] > 0.5 else "black")
+    fig.colorbar(im, ax=ax, shrink=0.8, label="share of the gold class")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

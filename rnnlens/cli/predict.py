@@ -1,0 +1,99 @@
+"""`rnnlens predict`: a trained model on new texts, one JSON record a line."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..argtypes import COUNT, SIZE, new_file
+from ..errors import RnnlensError
+
+CHUNK = 4096          # texts read, predicted and written at a time: memory stays bounded
+
+
+def cmd_predict(args) -> int:
+    import torch
+
+    from ..app.predict import FORMATS, Predictor, read_texts
+    from ..app.run import Run
+
+    out = Path(args.out) if args.out else None
+    if out is not None and out.exists() and not args.force:     # refuse before any work
+        raise RnnlensError(f"{out} exists; use --force to replace it")
+    if args.format not in FORMATS:
+        raise RnnlensError(f"--format must be one of {', '.join(FORMATS)}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run = Run.load(args.model)
+    predictor = Predictor(run, batch_size=args.batch_size, explain=args.explain)
+    if args.file == "-":
+        source, name = sys.stdin, "stdin"
+    else:
+        try:
+            source = open(args.file, encoding="utf-8-sig")       # noqa: SIM115 (closed below)
+        except OSError as e:
+            raise RnnlensError(f"cannot read {args.file}: {e.strerror or e}") from None
+        name = str(args.file)
+    try:
+        if out is None:
+            n = _stream(predictor, read_texts(source, args.format, name), sys.stdout, args.quiet)
+        else:
+            from ..outfiles import replacing
+
+            with replacing(out, suffix=".jsonl") as tmp, open(tmp, "w", encoding="utf-8") as f:
+                n = _stream(predictor, read_texts(source, args.format, name), f, args.quiet)
+    except UnicodeDecodeError as e:
+        raise RnnlensError(f"{name} is not UTF-8 text ({e.reason})") from None
+    finally:
+        if source is not sys.stdin:
+            source.close()
+    if out is not None:
+        print(f"wrote {n:,} predictions to {out}")
+    return 0
+
+
+def _stream(predictor, texts, f, quiet: bool) -> int:
+    """Predict `texts` chunk by chunk, writing each record as it comes; a progress bar on
+    stderr once the input is longer than one chunk."""
+    from tqdm import tqdm
+
+    n = 0
+    bar = None
+    chunk: list[tuple[int, str]] = []
+
+    def flush():
+        nonlocal n
+        for (no, _), rec in zip(chunk, predictor.records([t for _, t in chunk])):
+            f.write(json.dumps({"line": no, **rec}, ensure_ascii=False) + "\n")
+        n += len(chunk)
+        if bar is not None:
+            bar.update(len(chunk))
+        chunk.clear()
+
+    for item in texts:
+        chunk.append(item)
+        if len(chunk) == CHUNK:
+            if bar is None and not quiet:
+                bar = tqdm(desc="predict", unit=" texts", file=sys.stderr, leave=False)
+            flush()
+    flush()
+    if bar is not None:
+        bar.close()
+    return n
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("predict", help="a trained model on new texts: one JSON record a line (a classifier's "
+                       "label and probabilities, a tagger's tags, a language model's log-probabilities)")
+    p.add_argument("--model", required=True, help="checkpoint folder")
+    p.add_argument("file", metavar="FILE", help="the texts: one a line (plain), label<TAB>text or text (.tsv), "
+                   "{\"text\": ...} objects (.jsonl); - reads standard input")
+    p.add_argument("--format", default="auto", help="auto (by the file's extension), lines, tsv or jsonl")
+    p.add_argument("--out", type=new_file, help="write the JSONL here instead of standard output")
+    p.add_argument("--explain", type=COUNT, default=0, metavar="K",
+                   help="sentence-level models: add the K n-grams that contribute most to each prediction")
+    p.add_argument("--batch-size", type=SIZE, default=64)
+    p.add_argument("--threads", type=SIZE, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_predict)

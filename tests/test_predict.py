@@ -1,0 +1,167 @@
+"""`rnnlens predict` and `rnnlens eval --test-file` on a classifier, a tagger and a language
+model, from any working folder."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from rnnlens.cli import main
+
+TINY = ["--embedding-dim", "8", "--hidden-size", "8", "--quiet"]
+ROWS = ["pos\ta fine film", "neg\ta dull film", "pos\tgood fun", "neg\tbad plot", "pos\tgreat acting",
+        "neg\tawful acting"]
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cls")
+    for split, n in (("train", 8), ("dev", 1), ("test", 1)):
+        (d / f"{split}.tsv").write_text("\n".join(ROWS * n) + "\n")
+    out = d / "model"
+    import os
+    old = os.getcwd()
+    os.chdir(d)                       # relative data paths, as a user types them
+    try:
+        assert main(["train", "--corpus", "tsv", "--train-file", "train.tsv", "--dev-file", "dev.tsv",
+                     "--test-file", "test.tsv", "--out", "model", "--epochs", "8", "--optimizer", "adam",
+                     "--lr", "0.05", *TINY]) == 0
+    finally:
+        os.chdir(old)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tagger(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tag")
+    (d / "conll2003").mkdir()
+    sents = [[("John", "I-PER"), ("lives", "O"), ("in", "O"), ("Paris", "I-LOC")],
+             [("Mary", "I-PER"), ("visited", "O"), ("London", "I-LOC"), (".", "O")]]
+    for name, n in (("eng.train", 40), ("eng.testa", 4), ("eng.testb", 4)):
+        lines = ["-DOCSTART- -X- O O", ""]
+        for i in range(n):
+            lines += [f"{w} NNP I-NP {t}" for w, t in sents[i % 2]] + [""]
+        (d / "conll2003" / name).write_text("\n".join(lines))
+    out = d / "model"
+    assert main(["train", "--task", "tag", "--data", "conll2003", "--data-dir", str(d), "--out", str(out),
+                 "--epochs", "6", "--optimizer", "adam", "--lr", "0.05", *TINY]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lm")
+    (d / "ptb").mkdir()
+    text = "\n".join(["the cat sat on the mat", "a dog ran in the park"] * 40)
+    for split in ("train", "valid", "test"):
+        (d / "ptb" / f"ptb.{split}.txt").write_text(text)
+    out = d / "model"
+    assert main(["train", "--data", "ptb", "--data-dir", str(d), "--out", str(out), "--epochs", "3", "--optimizer",
+                 "adam", "--lr", "0.03", "--bptt", "10", "--batch-size", "4", *TINY]) == 0
+    return out
+
+
+def _records(capsys):
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_predict_a_classifier_on_lines_tsv_and_jsonl(classifier, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)                      # not where it was trained
+    (tmp_path / "in.txt").write_text("a fine film\n\nawful acting\n")
+    assert main(["predict", "--model", str(classifier), "in.txt"]) == 0
+    recs = _records(capsys)
+    assert [r["line"] for r in recs] == [1, 3]
+    for r in recs:
+        assert set(r["probabilities"]) == {"neg", "pos"}
+        assert math.isclose(sum(r["probabilities"].values()), 1.0)
+        assert r["label"] == max(r["probabilities"], key=r["probabilities"].get)
+    assert [r["label"] for r in recs] == ["pos", "neg"]
+    (tmp_path / "in.tsv").write_text("pos\ta fine film\nneg\tawful acting\n")
+    (tmp_path / "in.jsonl").write_text('{"text": "a fine film"}\n"awful acting"\n')
+    for name in ("in.tsv", "in.jsonl"):
+        assert main(["predict", "--model", str(classifier), name]) == 0
+        assert [r["label"] for r in _records(capsys)] == ["pos", "neg"]
+
+
+def test_predict_reads_stdin_writes_out_and_explains(classifier, tmp_path, capsys, monkeypatch):
+    import io
+    monkeypatch.setattr("sys.stdin", io.StringIO("a fine film\ngood fun\n"))
+    out = tmp_path / "p.jsonl"
+    assert main(["predict", "--model", str(classifier), "-", "--out", str(out), "--explain", "2"]) == 0
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recs) == 2
+    for r in recs:
+        ex = r["explanation"]
+        assert len(ex["ngrams"]) == 2 and r["label"] in ex["explained"]
+    assert main(["predict", "--model", str(classifier), "-", "--out", str(out)]) == 2     # exists: --force
+    assert "exists" in capsys.readouterr().err
+
+
+def test_predict_batches_do_not_change_the_answer(classifier, tmp_path, capsys):
+    texts = [" ".join(["good", "fun", "film", "bad"][: 1 + i % 4]) for i in range(23)]
+    (tmp_path / "t.txt").write_text("\n".join(texts) + "\n")
+    got = []
+    for bs in ("1", "7", "64"):
+        assert main(["predict", "--model", str(classifier), str(tmp_path / "t.txt"), "--batch-size", bs]) == 0
+        got.append([r["probabilities"]["pos"] for r in _records(capsys)])
+    for a, b in zip(got, got[1:]):
+        assert all(math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9) for x, y in zip(a, b))
+
+
+def test_eval_on_a_file_with_the_per_class_report(classifier, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "held.tsv").write_text("\n".join(ROWS) + "\n")
+    png = tmp_path / "confusion.png"
+    assert main(["eval", "--model", str(classifier), "--test-file", "held.tsv", "--json", "--png", str(png)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    rep = res["report"]
+    assert res["file"] == "held.tsv" and sum(map(sum, rep["confusion"])) == len(ROWS)
+    assert set(rep["per_class"]) == {"neg", "pos"} and png.stat().st_size > 1000
+    correct = sum(rep["confusion"][i][i] for i in range(2))
+    assert math.isclose(res["accuracy"], correct / len(ROWS))
+    # a split of its own data, from this other folder: the relative training paths still resolve
+    assert main(["eval", "--model", str(classifier)]) == 0
+    assert "confusion matrix" in capsys.readouterr().out
+    (tmp_path / "bad.tsv").write_text("maybe\tsomething\n")
+    assert main(["eval", "--model", str(classifier), "--test-file", "bad.tsv"]) == 2
+    assert "do not occur in the training data" in capsys.readouterr().err
+
+
+def test_a_tagger_predicts_tags_and_evaluates_a_conll_file(tagger, tmp_path, capsys):
+    (tmp_path / "s.txt").write_text("John lives in Paris\n")
+    assert main(["predict", "--model", str(tagger), str(tmp_path / "s.txt")]) == 0
+    (rec,) = _records(capsys)
+    assert len(rec["tags"]) == len(rec["tokens"]) == 4
+    src = tagger.parent / "conll2003" / "eng.testb"
+    assert main(["eval", "--model", str(tagger), "--test-file", str(src), "--json"]) == 0
+    assert 0.0 <= json.loads(capsys.readouterr().out)["f1"] <= 1.0
+    assert main(["predict", "--model", str(tagger), str(tmp_path / "s.txt"), "--explain", "3"]) == 2
+    assert "sentence-level" in capsys.readouterr().err
+
+
+def test_a_language_model_gives_log_probs_and_perplexity(lm, tmp_path, capsys):
+    (tmp_path / "s.txt").write_text("the cat sat on the mat\nthe park ran\n")
+    assert main(["predict", "--model", str(lm), str(tmp_path / "s.txt")]) == 0
+    recs = _records(capsys)
+    for r in recs:
+        assert len(r["log_probs"]) == len(r["tokens"]) and r["tokens"][-1] == "<eos>"
+        assert math.isclose(r["ppl"], math.exp(-sum(r["log_probs"]) / len(r["log_probs"])))
+    assert recs[0]["ppl"] < recs[1]["ppl"]                 # the seen sentence is the likelier
+    assert main(["eval", "--model", str(lm), "--test-file", str(tmp_path / "s.txt"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ppl"] > 1
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["predict", "--model", "nope", "x.txt"], "does not exist"),
+    (["predict", "--model", "{m}", "no-such-file.txt"], "cannot read no-such-file.txt"),
+    (["predict", "--model", "{m}", "{bad}", "--format", "jsonl"], ":1: not JSON"),
+    (["predict", "--model", "{m}", "{bad}", "--format", "xml"], "--format must be one of"),
+])
+def test_bad_input_is_one_line(classifier, tmp_path, capsys, argv, msg):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    argv = [a.format(m=classifier, bad=bad) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and msg in err[0]
