@@ -3,6 +3,7 @@ their defaults, so nothing probes for them."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from rnnlens.config import TASKS, ModelConfig
 from rnnlens.encoder import build_encoder
@@ -25,3 +26,10 @@ def test_every_head_declares_the_contract(task):
     assert isinstance(head.train_metrics, bool)
     assert head.adaptive is None or task == "lm"
     assert callable(head.loss_and_metrics) and callable(head.finalize)
+
+
+def test_an_adaptive_softmax_is_the_heads_submodule():
+    cfg = ModelConfig(cell="gru", hidden_size=4, embedding_dim=4, adaptive_softmax=[3])
+    head = build_head(cfg, "lm", build_encoder(cfg, 10), None, 10)
+    assert isinstance(head.adaptive, torch.nn.AdaptiveLogSoftmaxWithLoss)
+    assert any(k.startswith("adaptive.") for k in head.state_dict())

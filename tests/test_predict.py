@@ -165,3 +165,37 @@ def test_bad_input_is_one_line(classifier, tmp_path, capsys, argv, msg):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and msg in err[0]
+
+
+def test_explain_lines_writes_jsonl_and_one_html_page(classifier, tmp_path, capsys):
+    (tmp_path / "lines.txt").write_text("a fine film\n\nawful <script>x</script> acting\ngood fun\n")
+    out = tmp_path / "ex"
+    assert main(["explain", "--model", str(classifier), "--lines", str(tmp_path / "lines.txt"), "--out", str(out),
+                 "--top", "3"]) == 0
+    recs = [json.loads(line) for line in (out / "explanations.jsonl").read_text().splitlines()]
+    assert [r["line"] for r in recs] == [1, 3, 4]
+    for r in recs:
+        assert len(r["ngrams"]) <= 3 and len(r["token_shares"]) == len(r["tokens"])
+        scale = abs(r["ngram_total"]) + abs(r["remainder"]) + 1.0       # float32 sums of large parts
+        assert math.isclose(sum(r["token_shares"]), r["ngram_total"], abs_tol=1e-5 * scale)
+        assert math.isclose(r["offset"] + r["ngram_total"] + r["remainder"], r["output"], abs_tol=1e-5 * scale)
+        assert r["prediction"] in r["explained"]
+    page = (out / "explanations.html").read_text()
+    assert "<script>x" not in page and "&lt;script&gt;" in page and "toward" in page
+    assert main(["explain", "--model", str(classifier), "--lines", str(tmp_path / "lines.txt"), "--out",
+                 str(out)]) == 2                                  # exists: --force
+    assert "exists" in capsys.readouterr().err
+    assert main(["explain", "--model", str(classifier), "--lines", str(tmp_path / "lines.txt")]) == 2
+    assert "--lines needs --out" in capsys.readouterr().err
+
+
+def test_explain_token_shares_add_up_by_hand():
+    import numpy as np
+
+    from rnnlens.app.explain_lines import token_shares
+
+    g = np.zeros((1, 3, 3))
+    g[0, 2, 0] = 3.0            # "a b c": shared 1, 1, 1
+    g[0, 1, 1] = 2.0            # "b"
+    g[0, 2, 1] = -1.0           # "b c": -0.5, -0.5
+    assert token_shares(g).tolist() == [1.0, 2.5, 0.5]

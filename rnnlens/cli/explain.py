@@ -20,8 +20,12 @@ def cmd_explain(args) -> int:
     # before any work: the parser's `new_file` refused a folder or a missing parent folder
     if png is not None and png.exists() and not args.force:
         raise RnnlensError(f"{png} exists; use --force to replace it")
+    if args.lines is not None:
+        return _explain_lines(args)
+    if args.out is not None:
+        raise RnnlensError("--out goes with --lines (the JSONL and HTML of many sentences)")
     if (args.text is None) == (args.file is None):
-        raise RnnlensError("give the text to explain, or --file with a document (not both)")
+        raise RnnlensError("give the text to explain, --file with a document, or --lines with one sentence a line")
     text = args.text
     if args.file is not None:
         try:
@@ -153,16 +157,59 @@ def _explain_document(args, model, vocab, tokens, labels) -> int:
     return 0
 
 
+def _explain_lines(args) -> int:
+    """--lines FILE --out DIR: every line's explanation as DIR/explanations.jsonl and one
+    HTML page, DIR/explanations.html."""
+    from tqdm import tqdm
+
+    from ..app.explain_lines import explain_lines
+    from ..app.predict import read_texts
+    from ..train.checkpoint import output_dir
+    from ..viz.explain_page import lines_page
+
+    if args.out is None:
+        raise RnnlensError("--lines needs --out DIR (explanations.jsonl and explanations.html are written there)")
+    if args.text is not None or args.file is not None:
+        raise RnnlensError("give --lines, or a text, or --file (one of them)")
+    out = Path(args.out)
+    if out.exists() and not args.force:           # refuse before any work
+        raise RnnlensError(f"output folder {out} exists; use --force to replace it")
+    try:
+        with open(args.lines, encoding="utf-8-sig") as f:
+            texts = list(read_texts(f, "auto", str(args.lines)))
+    except OSError as e:
+        raise RnnlensError(f"cannot read {args.lines}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise RnnlensError(f"{args.lines} is not UTF-8 text ({e.reason})") from None
+    if not texts:
+        raise RnnlensError(f"{args.lines} has no lines to explain")
+    run = _load_run(args)
+    bar = tqdm(total=len(texts), desc="explain", unit=" sentences", file=sys.stderr, leave=False,
+               disable=args.quiet or len(texts) < 20)
+    records = explain_lines(run, texts, top=args.top or 5, progress=bar.update)
+    bar.close()
+    with output_dir(out, force=args.force) as tmp:
+        (tmp / "explanations.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+                                                encoding="utf-8")
+        (tmp / "explanations.html").write_text(lines_page(records, str(args.model)), encoding="utf-8")
+    print(f"explained {len(records)} sentences; wrote {out}/explanations.jsonl and {out}/explanations.html")
+    return 0
+
+
 def add_parser(sub) -> None:
     e = sub.add_parser("explain", help="the n-grams of a text and their scores")
     e.add_argument("--model", required=True, help="checkpoint folder")
     e.add_argument("text", nargs="?", help="the text (or --file)")
     e.add_argument("--file", help="a document to explain: its top-k n-grams, streamed in bounded memory")
+    e.add_argument("--lines", metavar="FILE", help="many sentences, one a line (or .tsv / .jsonl as predict reads "
+                   "them): each one's explanation in --out DIR as explanations.jsonl and one HTML page")
+    e.add_argument("--out", metavar="DIR", help="with --lines: the output folder")
+    e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.add_argument("--max-n", type=SIZE, default=8, help="documents: longest n-gram considered (default 8)")
     e.add_argument("--target", help="label to explain (default: the prediction)")
     e.add_argument("--top", type=SIZE, default=None, metavar="K", help="show only the K (>= 1) n-grams with "
                    "the largest |score| (default: all of a sentence's; documents: 20)")
     e.add_argument("--json", action="store_true", help="machine-readable output")
     e.add_argument("--png", type=new_file, help="also write the n-gram heatmap to this PNG file")
-    e.add_argument("--force", action="store_true", help="replace the PNG file if it exists")
+    e.add_argument("--force", action="store_true", help="replace the PNG file (or the --out folder) if it exists")
     e.set_defaults(func=cmd_explain)

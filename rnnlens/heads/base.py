@@ -17,7 +17,18 @@ from torch import nn
 class Head(nn.Module):
     select: tuple[str, str] = ("accuracy", "max")
     train_metrics: bool = True
-    adaptive: nn.Module | None = None
+
+    # A property, not a class attribute: a plain `adaptive = None` on the class would hide
+    # the submodule an LM head registers under that name (nn.Module keeps it in _modules).
+    @property
+    def adaptive(self) -> nn.Module | None:
+        return self._modules.get("adaptive")
+
+    @adaptive.setter
+    def adaptive(self, value) -> None:          # a module is registered by nn.Module itself
+        if value is not None:
+            raise TypeError("Head.adaptive takes an nn.Module (registered as a submodule) or None")
+        self._modules.pop("adaptive", None)
 
     def forward(self, states: torch.Tensor, batch) -> torch.Tensor:        # pragma: no cover - abstract
         raise NotImplementedError
