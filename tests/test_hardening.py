@@ -480,7 +480,7 @@ def test_bad_attention_text(models, tmp_path, capsys, content, needles):
 ], ids=["integer", "columns", "index", "line-count", "empty", "encoding"])
 def test_bad_agreement_test_set(tmp_path, text, gold, needles):
     """Read by `rnnlens repro` (agreement tables); the reader's own errors, checked directly."""
-    from rnnlens.data.readers import read_agreement_testset
+    from rnnlens.data.agreement import read_agreement_testset
 
     for name, content in (("t.text", text), ("t.gold", gold)):
         (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode())
