@@ -540,9 +540,9 @@ def _files_under(root: Path) -> set[str]:
 
 @pytest.mark.parametrize("model_name", ["..", "../../escape", "a/../../b", "..\\..\\x", "m<>:|?*\"'", "/"])
 def test_model_names_are_plain_file_names(model_name):
-    from rnnlens.cli.negation import _model_names
+    from rnnlens.app.negation import model_names
 
-    for name in _model_names([model_name, model_name]):
+    for name in model_names([model_name, model_name]):
         assert name and "/" not in name and "\\" not in name and name not in (".", "..")
         assert Path(name).name == name and not Path(name).is_absolute()
 
