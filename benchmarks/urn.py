@@ -41,7 +41,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rnnlens.cells.unitary import URN, triangle_size
+from rnnlens.cells.unitary import URN
+from rnnlens.ops.expm import triangle_size
 
 from .common import emit
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from rnnlens.cells.unitary import URN, skew_ref, triangle_size
+from rnnlens.cells.unitary import URN
+from rnnlens.ops.expm import skew_ref, triangle_size
 
 from .common import cpu_model, emit
 

@@ -1,5 +1,6 @@
-"""Attention analysis of recurrent memory networks (analysis/attention.py): every function
-on small attention tensors whose answers are worked out by hand in the comments."""
+"""Attention analysis of recurrent memory networks (analysis/attention.py and
+analysis/attention_report.py): every function on small attention tensors whose answers are
+worked out by hand in the comments."""
 from collections import Counter
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 from rnnlens.analysis import attention as A
+from rnnlens.analysis import attention_report as AR
 from rnnlens.data.conllu import DepSentence, read_conllu
 
 FIX = Path(__file__).resolve().parent / "fixtures"
@@ -285,7 +287,7 @@ def test_analyse_attention_equals_the_pure_functions_on_one_batch(bidirectional)
     parses = read_conllu(FIX / "deps.conllu")
     sents = [p.forms for p in parses]
     train = [["the", "dog", "barked"], ["she", "said", "the", "cat", "would", "come"]]
-    rep = A.analyse_attention(model, vocab, sents, parses=parses, train_sentences=train, batch_size=2,
+    rep = AR.analyse_attention(model, vocab, sents, parses=parses, train_sentences=train, batch_size=2,
                               samples=4, min_distance=2)
     batch = sentence_batch(vocab, sents)
     attn = model.attention(batch)
@@ -313,7 +315,7 @@ def test_analyse_attention_equals_the_pure_functions_on_one_batch(bidirectional)
         assert r.current == inputs[r.sentence][r.position] and r.target == targets[r.sentence][r.position]
     import json
     json.dumps(rep.to_dict())
-    assert "average attention by distance" in A.format_summary(rep)
+    assert "average attention by distance" in AR.format_summary(rep)
 
 
 def test_analyse_attention_argmax_predictions_and_errors():
@@ -323,14 +325,14 @@ def test_analyse_attention_argmax_predictions_and_errors():
 
     model, vocab = tiny_model(memory="rmr")
     sents = [p.forms for p in read_conllu(FIX / "deps.conllu")]
-    rep = A.analyse_attention(model, vocab, sents, samples=100, predicted="argmax", min_distance=1)
+    rep = AR.analyse_attention(model, vocab, sents, samples=100, predicted="argmax", min_distance=1)
     assert rep.dependencies is None and rep.pairs["pairs"][0]["frequency"] is None
     assert len(rep.samples) == 16 and all(r.predicted in vocab for r in rep.samples)
     assert sum(r["count"] for r in rep.pairs["pairs"]) == 16          # d >= 1: every position
     with pytest.raises(RnnlensError, match="predicted must be"):
-        A.analyse_attention(model, vocab, sents, predicted="best")
+        AR.analyse_attention(model, vocab, sents, predicted="best")
     with pytest.raises(RnnlensError, match="2 parse"):
-        A.analyse_attention(model, vocab, sents, parses=read_conllu(FIX / "deps.conllu")[:2])
+        AR.analyse_attention(model, vocab, sents, parses=read_conllu(FIX / "deps.conllu")[:2])
     lstm = RNNModel(ModelConfig(cell="lstm", embedding_dim=4, hidden_size=4), len(vocab), "lm")
     with pytest.raises(RnnlensError, match="no memory block"):
         A.memory_layout(lstm)
@@ -346,7 +348,7 @@ def test_plots_write_pngs(tmp_path):
     assert [slot_label(o) for o in (0, -3, 2)] == ["t", "t-3", "t+2"]
     model, vocab = tiny_model(bidirectional=True)
     parses = read_conllu(FIX / "deps.conllu")
-    rep = A.analyse_attention(model, vocab, [p.forms for p in parses], parses=parses, samples=6)
+    rep = AR.analyse_attention(model, vocab, [p.forms for p in parses], parses=parses, samples=6)
     d = rep.to_dict()                                      # the plots also take the JSON form
     paths = [attention_by_position(rep.average, tmp_path / "a.png", "t"),
              attention_by_position(d["average"], tmp_path / "a2.png"),
@@ -480,7 +482,7 @@ def test_argmax_predictions_through_an_adaptive_softmax():
     cfg = dataclasses.replace(model.cfg, hidden_size=16, adaptive_softmax=[4, 8])
     model = RNNModel(cfg, len(vocab), "lm", sentence_level=True).double().eval()
     sents = [p.forms for p in read_conllu(FIX / "deps.conllu")]
-    rep = A.analyse_attention(model, vocab, sents, samples=100, predicted="argmax")
+    rep = AR.analyse_attention(model, vocab, sents, samples=100, predicted="argmax")
     batch = sentence_batch(vocab, sents)
     with torch.no_grad():
         out = model(batch)                                 # the projected states, not logits

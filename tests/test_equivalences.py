@@ -6,19 +6,9 @@ from conftest import max_diff
 
 from rnnlens.analysis.compile_cells import compile_isan, compile_qrnn2, make_qrnn2
 from rnnlens.analysis.wfsa import compile_wfsa, make_isan, make_ngram
-from rnnlens.cells.equivalences import (
-    ISAN,
-    QRNN2,
-    ISANRef,
-    QRNN2Ref,
-    RCNNRef,
-    SCRNRef,
-    SRURef,
-    TRNNRef,
-    as_rational,
-    one_hot,
-)
+from rnnlens.cells.equivalences import ISAN, QRNN2, as_rational, one_hot
 from rnnlens.cells.rational import RRNNB, RRNNC, NGramRational
+from rnnlens.cells.references import ISANRef, QRNN2Ref, RCNNRef, SCRNRef, SRURef, TRNNRef
 from rnnlens.errors import RnnlensError
 
 E, H, V = 5, 4, 3

@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from conftest import max_diff
-from rnnlens.analysis.faithfulness import (
-    METHODS, deletion_curves, faithfulness, format_table, integrated_gradients,
-    leave_one_out, occlusion, score_sequences)
+from rnnlens.analysis.faithfulness import deletion_curves, faithfulness, format_table
+from rnnlens.analysis.token_attributions import (
+    METHODS, integrated_gradients, leave_one_out, occlusion, score_sequences)
 from rnnlens.app.faithfulness import run_on_checkpoint
 from rnnlens.data.batching import Batch
 from rnnlens.errors import RnnlensError
@@ -83,7 +83,7 @@ def test_additive_model_ngram_is_optimal():
         assert s["ngram"].aopc >= s[name].aopc - 1e-12
 
     # maximal: at every k the n-gram order deletes the k tokens whose removal hurts most
-    from rnnlens.analysis.faithfulness import ngram_tokens
+    from rnnlens.analysis.token_attributions import ngram_tokens
     for r in rows[:3]:
         b = batch_of([r])
         dc = deletion_curves(model, b, ngram_tokens(model, b), max_k=10)
@@ -175,7 +175,7 @@ def test_aopc_curve_and_spearman_by_hand():
 
 
 def test_random_attributions_are_seeded_uniform_noise():
-    from rnnlens.analysis.faithfulness import random_tokens
+    from rnnlens.analysis.token_attributions import random_tokens
 
     lengths = torch.randint(1, 60, (300,))
     b = batch_of([[1] * int(n) for n in lengths])
@@ -260,7 +260,7 @@ LABEL_SETS = [(["a", "b"], "classify"), (["a", "b", "c"], "classify"), (None, "r
 @pytest.mark.parametrize("labels,task", LABEL_SETS)
 def test_methods_shape_and_pads(labels, task):
     from rnnlens.analysis.approx import approx_error
-    from rnnlens.analysis.faithfulness import ngram_attributions
+    from rnnlens.analysis.token_attributions import ngram_attributions
 
     model = gru(labels, task)
     b = batch_of(ROWS)
@@ -384,7 +384,7 @@ def test_ngram_attributions_add_up_to_the_output(labels, task):
     output = b + w.h_T, offset = b, token i's attribution = w.v_{i:T} (the n-gram from i to
     the end), remainder = w.(h_T - sum_i v_{i:T}); all read toward the target. The shared
     split has the same total."""
-    from rnnlens.analysis.faithfulness import ngram_attributions, ngram_shared, ngram_tokens
+    from rnnlens.analysis.token_attributions import ngram_attributions, ngram_shared, ngram_tokens
 
     model = sharp(gru(labels, task).double(), scale=1.5)
     b = batch_of(ROWS)

@@ -15,7 +15,7 @@ from rnnlens.analysis.breakdown import error_table, max_error_over_epochs, peak_
 from rnnlens.data.batching import Batch, BPTTIterator, Example, collate
 from rnnlens.data.datasets import _next_symbol_examples, load_dataset
 from rnnlens.data.formal import CLOSERS, CROSS_SYMBOLS, OPENERS, START, STOP, crossserial_correct
-from rnnlens.data.readers import read_agreement_testset, read_linzen_tsv
+from rnnlens.data.agreement import read_agreement_testset, read_linzen_tsv
 from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
 from rnnlens.heads.agreement import AgreementHead

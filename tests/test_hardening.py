@@ -480,7 +480,7 @@ def test_bad_attention_text(models, tmp_path, capsys, content, needles):
 ], ids=["integer", "columns", "index", "line-count", "empty", "encoding"])
 def test_bad_agreement_test_set(tmp_path, text, gold, needles):
     """Read by `rnnlens repro` (agreement tables); the reader's own errors, checked directly."""
-    from rnnlens.data.readers import read_agreement_testset
+    from rnnlens.data.agreement import read_agreement_testset
 
     for name, content in (("t.text", text), ("t.gold", gold)):
         (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -540,9 +540,9 @@ def _files_under(root: Path) -> set[str]:
 
 @pytest.mark.parametrize("model_name", ["..", "../../escape", "a/../../b", "..\\..\\x", "m<>:|?*\"'", "/"])
 def test_model_names_are_plain_file_names(model_name):
-    from rnnlens.cli.negation import _model_names
+    from rnnlens.app.negation import model_names
 
-    for name in _model_names([model_name, model_name]):
+    for name in model_names([model_name, model_name]):
         assert name and "/" not in name and "\\" not in name and name not in (".", "..")
         assert Path(name).name == name and not Path(name).is_absolute()
 

@@ -206,11 +206,11 @@ def test_lstm_view_terms_equal_their_reference_with_gradients(used, block, monke
     """The LSTM view's terms through the hand-derived backward equal the equations under
     autograd, values and gradients, also when some outputs get no gradient and when the
     backward runs in blocks of rows (4 of the 15 positions: the last block shorter)."""
-    from rnnlens.cells import classic
-    from rnnlens.cells.classic import lstm_view_terms, lstm_view_terms_ref
-    monkeypatch.setattr(classic, "LEAN_POSITIONS", 1)        # the hand-derived backward at any size
+    from rnnlens.cells import lstm_terms
+    from rnnlens.cells.lstm_terms import lstm_view_terms, lstm_view_terms_ref
+    monkeypatch.setattr(lstm_terms, "LEAN_POSITIONS", 1)     # the hand-derived backward at any size
     if block:
-        monkeypatch.setattr(classic, "_TERMS_BLOCK_ROWS", block)
+        monkeypatch.setattr(lstm_terms, "_TERMS_BLOCK_ROWS", block)
     z = (torch.randn(3, 5, 4 * H, dtype=torch.float64) * 2).requires_grad_(True)
     fast, ref = lstm_view_terms(z), lstm_view_terms_ref(z)
     for a, b in zip(fast, ref):

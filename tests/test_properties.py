@@ -73,7 +73,9 @@ def test_vocab_round_trips_through_json(words, other):
 def _readers():
     from rnnlens.analysis.breakdown import read_metrics
     from rnnlens.data import msr
+    from rnnlens.data import agreement as AGR
     from rnnlens.data import readers as R
+    from rnnlens.data import semeval_conll as SC
     from rnnlens.data.conllu import read_conllu
     from rnnlens.data.vectors import load_vectors
     from rnnlens.config import load_config_file
@@ -84,9 +86,9 @@ def _readers():
         "sst": R.read_sst_trees, "sst_phrases": lambda p: R.read_sst_trees(p, phrases=True),
         "glue": R.read_glue_sst2, "label_first": lambda p: R.read_label_first(p, labels=("0", "1")),
         "trec": R.read_trec, "ag_news": R.read_ag_news, "imdb": R.read_imdb,
-        "semeval": R.read_semeval, "semeval_key": R._read_semeval_key,
-        "conll": R.read_conll2003, "lm": R.read_lm_text, "linzen": R.read_linzen_tsv,
-        "agreement_testset": R.read_agreement_testset, "conllu": read_conllu,
+        "semeval": SC.read_semeval, "semeval_key": SC._read_semeval_key,
+        "conll": SC.read_conll2003, "lm": R.read_lm_text, "linzen": AGR.read_linzen_tsv,
+        "agreement_testset": AGR.read_agreement_testset, "conllu": read_conllu,
         "msr_questions": msr.read_msr_questions, "msr_answers": msr.read_msr_answers,
         "vectors": lambda p: load_vectors(p, vocab, 3), "config": load_config_file, "metrics": read_metrics,
         "vocab": Vocab.load,

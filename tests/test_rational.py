@@ -130,7 +130,8 @@ def test_compiled_wfsa_scores_equal_the_cell_state(name):
 
 
 def test_max_plus_viterbi_names_the_winning_ngram():
-    from rnnlens.analysis.wfsa import compile_wfsa, path_ngram
+    from rnnlens.analysis.wfsa import compile_wfsa
+    from rnnlens.analysis.wfsa_core import path_ngram
 
     torch.manual_seed(5)
     cell = make("rrnn-b-maxplus")

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from rnnlens.data import datasets as D
+from rnnlens.data import agreement as AGR
 from rnnlens.data import readers as R
+from rnnlens.data import semeval_conll as SC
 from rnnlens.data.batching import Example
 from rnnlens.errors import RnnlensError
 
@@ -32,7 +34,7 @@ def raises_at(path, line: int):
 # --- missing files ----------------------------------------------------------------
 
 @pytest.mark.parametrize("reader", [R.read_sst_trees, R.read_glue_sst2, R.read_label_first, R.read_trec,
-                                    R.read_ag_news, R.read_imdb, R.read_semeval, R.read_conll2003,
+                                    R.read_ag_news, R.read_imdb, SC.read_semeval, SC.read_conll2003,
                                     R.read_lm_text])
 def test_missing_file_is_a_clear_error(tmp_path, reader):
     missing = tmp_path / "nope.txt"
@@ -190,7 +192,7 @@ def test_utf8_required_where_no_fallback(tmp_path):
 # --- SemEval ----------------------------------------------------------------------
 
 def test_semeval_keeps_entity_markers():
-    got = R.read_semeval(FIX / "semeval.txt")
+    got = SC.read_semeval(FIX / "semeval.txt")
     assert got == [
         (["the", "system", "has", "an", "arrayed", "<e1>", "configuration", "</e1>", "of", "antenna",
           "<e2>", "elements", "</e2>", "."], "Component-Whole(e2,e1)"),
@@ -201,22 +203,22 @@ def test_semeval_keeps_entity_markers():
 
 def test_semeval_key_overrides_and_checks():
     # id 1: undirected key agreeing with the block keeps the direction; id 2: a directed key replaces.
-    got = R.read_semeval(FIX / "semeval.txt", key_path=FIX / "semeval_key.txt")
+    got = SC.read_semeval(FIX / "semeval.txt", key_path=FIX / "semeval_key.txt")
     assert [lab for _, lab in got] == ["Component-Whole(e2,e1)", "Entity-Destination(e1,e2)"]
 
 
 def test_semeval_key_disagreement_and_foreign_ids(tmp_path):
     key = write(tmp_path, "key.txt", "1\tMessage-Topic\n")
     with pytest.raises(RnnlensError, match=f"{key}:1: key says Message-Topic"):
-        R.read_semeval(FIX / "semeval.txt", key_path=key)
+        SC.read_semeval(FIX / "semeval.txt", key_path=key)
     key2 = write(tmp_path, "key2.txt", "99\tOther\n")
     with pytest.raises(RnnlensError, match="not in"):
-        R.read_semeval(FIX / "semeval.txt", key_path=key2)
+        SC.read_semeval(FIX / "semeval.txt", key_path=key2)
 
 
 def test_semeval_labels():
-    assert len(R.SEMEVAL_LABELS) == 19 == len(set(R.SEMEVAL_LABELS))
-    assert R.SEMEVAL_LABELS[:3] == ["Other", "Cause-Effect(e1,e2)", "Cause-Effect(e2,e1)"]
+    assert len(SC.SEMEVAL_LABELS) == 19 == len(set(SC.SEMEVAL_LABELS))
+    assert SC.SEMEVAL_LABELS[:3] == ["Other", "Cause-Effect(e1,e2)", "Cause-Effect(e2,e1)"]
 
 
 @pytest.mark.parametrize("block, line", [
@@ -229,21 +231,21 @@ def test_semeval_malformed(tmp_path, block, line):
     good = '7\t"x <e1>y</e1> <e2>z</e2>"\nOther\nComment:\n\n'
     p = write(tmp_path, "s.txt", good + block)
     with raises_at(p, 4 + line):
-        R.read_semeval(p)
+        SC.read_semeval(p)
 
 
 # --- CoNLL-2003 ---------------------------------------------------------------------
 
 def test_iob1_bio_iobes_hand_cases():
     iob1 = ["I-LOC", "I-LOC", "O", "I-PER", "B-PER"]
-    bio = R.iob1_to_bio(iob1)
+    bio = SC.iob1_to_bio(iob1)
     assert bio == ["B-LOC", "I-LOC", "O", "B-PER", "B-PER"]
-    assert R.bio_to_iobes(bio) == ["B-LOC", "E-LOC", "O", "S-PER", "S-PER"]
-    assert R.bio_to_iobes(["B-ORG", "I-ORG", "I-ORG", "I-MISC"]) == ["B-ORG", "I-ORG", "E-ORG", "S-MISC"]
-    assert R.iob1_to_bio(["I-ORG", "I-MISC", "B-MISC", "I-MISC"]) == ["B-ORG", "B-MISC", "B-MISC", "I-MISC"]
-    assert R.bio_to_iobes([]) == []
+    assert SC.bio_to_iobes(bio) == ["B-LOC", "E-LOC", "O", "S-PER", "S-PER"]
+    assert SC.bio_to_iobes(["B-ORG", "I-ORG", "I-ORG", "I-MISC"]) == ["B-ORG", "I-ORG", "E-ORG", "S-MISC"]
+    assert SC.iob1_to_bio(["I-ORG", "I-MISC", "B-MISC", "I-MISC"]) == ["B-ORG", "B-MISC", "B-MISC", "I-MISC"]
+    assert SC.bio_to_iobes([]) == []
     with pytest.raises(RnnlensError, match="E-PER"):
-        R.iob1_to_bio(["E-PER"])
+        SC.iob1_to_bio(["E-PER"])
 
 
 def test_conll_schemes_and_docstart():
@@ -255,19 +257,19 @@ def test_conll_schemes_and_docstart():
         "iobes": [["S-ORG", "O", "S-MISC", "O"], ["B-PER", "E-PER"], ["O", "S-LOC", "B-LOC", "E-LOC"]],
     }
     for scheme, tags in want.items():
-        assert R.read_conll2003(p, scheme=scheme) == list(zip(toks, tags))
-    assert R.read_conll2003(p) == list(zip(toks, want["iobes"]))  # default scheme
+        assert SC.read_conll2003(p, scheme=scheme) == list(zip(toks, tags))
+    assert SC.read_conll2003(p) == list(zip(toks, want["iobes"]))  # default scheme
     with pytest.raises(RnnlensError, match="iob1, bio, iobes"):
-        R.read_conll2003(p, scheme="bilou")
+        SC.read_conll2003(p, scheme="bilou")
 
 
 def test_conll_malformed(tmp_path):
     p = write(tmp_path, "c.txt", "EU NNP I-NP I-ORG\n\nthree columns only\n")
     with raises_at(p, 3):
-        R.read_conll2003(p)
+        SC.read_conll2003(p)
     q = write(tmp_path, "d.txt", "EU NNP I-NP X-ORG\n")
     with raises_at(q, 1):
-        R.read_conll2003(q)
+        SC.read_conll2003(q)
 
 
 # --- LM text -----------------------------------------------------------------------------
@@ -339,7 +341,7 @@ def test_real_sst_trees(shared_data):
 
 def test_real_conll(shared_data):
     path = shared_data / "conll2003" / "eng.train"
-    sents = R.read_conll2003(path, scheme="iob1")
+    sents = SC.read_conll2003(path, scheme="iob1")
     assert len(sents) == 14_041
     assert sum(len(t) for t, _ in sents) == 203_621
     docstarts = sum(1 for line in path.read_text().split("\n") if line.startswith("-DOCSTART-"))
@@ -351,12 +353,12 @@ def test_real_conll(shared_data):
 
 def test_real_semeval(shared_data):
     d = shared_data / "semeval2010_task8"
-    train = R.read_semeval(d / "TRAIN_FILE.TXT")
-    test = R.read_semeval(d / "TEST_FILE_FULL.TXT", key_path=d / "TEST_FILE_KEY.TXT")
+    train = SC.read_semeval(d / "TRAIN_FILE.TXT")
+    test = SC.read_semeval(d / "TEST_FILE_FULL.TXT", key_path=d / "TEST_FILE_KEY.TXT")
     assert (len(train), len(test)) == (8000, 2717)
-    assert {lab for _, lab in train} == set(R.SEMEVAL_LABELS)
+    assert {lab for _, lab in train} == set(SC.SEMEVAL_LABELS)
     assert train[0][1] == "Component-Whole(e2,e1)"
-    assert all(toks.count(m) == 1 for toks, _ in train + test for m in R.SEMEVAL_MARKERS)
+    assert all(toks.count(m) == 1 for toks, _ in train + test for m in SC.SEMEVAL_MARKERS)
 
 
 def test_real_lm_counts(shared_data):
@@ -469,7 +471,7 @@ def test_real_label_lists(loaded):
     assert loaded("sst5-regress").labels is None
     assert loaded("mr").labels == ["0", "1"]
     assert loaded("trec").labels == ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"]
-    assert loaded("semeval").labels == R.SEMEVAL_LABELS
+    assert loaded("semeval").labels == SC.SEMEVAL_LABELS
     tags = loaded("conll2003").labels
     assert tags[0] == "O" and tags[1:] == sorted(tags[1:]) and len(tags) == 17  # 4 types x BIES + O
 
@@ -504,7 +506,7 @@ def test_real_lm_streams(loaded):
 def test_real_semeval_markers_and_conll_case(loaded):
     ex = loaded("semeval").splits["test"][0]
     assert ex.tokens[:6] == ["the", "most", "common", "<e1>", "audits", "</e1>"]
-    assert R.SEMEVAL_LABELS[ex.label] == "Message-Topic(e1,e2)"
+    assert SC.SEMEVAL_LABELS[ex.label] == "Message-Topic(e1,e2)"
     conll = loaded("conll2003")
     first = conll.splits["train"][0]
     assert first.tokens[0] == "EU" and conll.labels[first.label[0]] == "S-ORG"
@@ -541,7 +543,7 @@ def test_bom_is_stripped_by_every_text_reader(tmp_path):
     lm = write(tmp_path, "lm.txt", BOM + "the cat\n")
     assert R.read_lm_text(lm) == ["the", "cat", "<eos>"]
     conll = write(tmp_path, "c.txt", BOM + "EU NNP B-NP B-ORG\nrejects VBZ B-VP O\n")
-    assert R.read_conll2003(conll, scheme="iob1")[0][0] == ["EU", "rejects"]
+    assert SC.read_conll2003(conll, scheme="iob1")[0][0] == ["EU", "rejects"]
     vec = write(tmp_path, "v.txt", BOM + "good 1 2\nbad 3 4\n")
     vocab = Vocab.build([["good", "bad"]])
     vectors, found = load_vectors(vec, vocab, 2)
@@ -561,9 +563,9 @@ def test_bom_in_a_tsv_corpus_gives_the_labels_without_it(tmp_path):
 
 
 def test_bom_in_linzen_tsv_header(tmp_path):
-    header = "\t".join(R.LINZEN_COLUMNS)
+    header = "\t".join(AGR.LINZEN_COLUMNS)
     p = write(tmp_path, "agr.tsv", BOM + header + "\n")
     try:                                 # no rows: fine either way, as long as the header is found
-        R.read_linzen_tsv(p)
+        AGR.read_linzen_tsv(p)
     except RnnlensError as e:
         assert "lacks" not in str(e), e

@@ -159,7 +159,7 @@ def test_explain_and_report_give_the_same_numbers(tsv_model, tsv_report, capsys)
 
 
 def test_faithfulness_table(tsv_report):
-    from rnnlens.analysis.faithfulness import METHODS
+    from rnnlens.analysis.token_attributions import METHODS
 
     d = json.loads((tsv_report / "report.json").read_text())["faithfulness"]
     html = (tsv_report / "report.html").read_text()
@@ -335,7 +335,7 @@ def test_per_token_views_of_tag_and_lm_models(task):
     from rnnlens.data.vocab import Vocab
     from rnnlens.models import RNNModel
     from rnnlens.config import ModelConfig
-    from rnnlens.app.report import explain_sentence
+    from rnnlens.app.report_sections import explain_sentence
 
     vocab = Vocab(["the", "cat", "sat", "down"])
     labels = ["O", "B-X", "E-X", "S-X"] if task == "tag" else None

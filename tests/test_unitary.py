@@ -1,6 +1,6 @@
-"""The URN and the linear-RNN baseline (cells/unitary.py) and the analysis of word matrices
-(analysis/unitary.py): hand-worked fixtures, the distinct-word fast path against the
-per-position reference, and the paper's identities (Theorems 11.2, 11.8, Lemma 11.4)."""
+"""The URN and the linear-RNN baseline (cells/unitary.py, cells/linear_rnn.py) and the analysis
+of word matrices (analysis/unitary.py): hand-worked fixtures, the distinct-word fast path
+against the per-position reference, and the paper's identities (Theorems 11.2, 11.8, Lemma 11.4)."""
 import math
 
 import pytest
@@ -11,9 +11,11 @@ from conftest import max_diff
 from rnnlens.analysis.ngrams import initial_part, ngram_vectors
 from rnnlens.analysis.unitary import (average_effect, frobenius_table, phrase_embedding, plane_similarity,
                                       prediction_basis, projection, signature, word_matrices)
-from rnnlens.cells.unitary import URN, LinearRNN, distinct_rows, matrix_exp, skew_ref, triangle_size
+from rnnlens.cells.linear_rnn import LinearRNN
+from rnnlens.cells.unitary import URN, distinct_rows
 from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
+from rnnlens.ops.expm import matrix_exp, skew_ref, triangle_size
 
 
 def rot(theta, dtype=torch.float64):

@@ -1,4 +1,4 @@
-"""The truncated URN's exponential through a 4k x 4k problem (cells/unitary.py,
+"""The truncated URN's exponential through a 4k x 4k problem (ops/expm.py,
 truncated_matrix_exp) against the dense reference matrix_exp(skew_ref(...)): values,
 orthogonality and gradients, and the URN cell's outputs and gradients with it in place;
 phi_matrix (scaling and squaring of a Taylor polynomial) against the block exponential;
@@ -8,8 +8,10 @@ import torch
 
 from conftest import max_diff
 from rnnlens.cells import unitary
-from rnnlens.cells.unitary import (URN, lowrank_apply, matrix_exp, phi_matrix, phi_matrix_ref, skew_ref,
-                                  triangle_size, truncated_expm_factor, truncated_matrix_exp)
+from rnnlens.cells.unitary import URN
+from rnnlens.ops import expm
+from rnnlens.ops.expm import (lowrank_apply, matrix_exp, phi_matrix, phi_matrix_ref, skew_ref, triangle_size,
+                              truncated_expm_factor, truncated_matrix_exp)
 
 
 def rows_of_T(v, n, k):
@@ -86,6 +88,7 @@ def test_truncated_urn_fast_path_equals_the_reference(n, k, proj, dtype, tol, mo
     calls = []
     real = unitary.truncated_expm_factor
     monkeypatch.setattr(unitary, "truncated_expm_factor", lambda R: (calls.append(R.shape), real(R))[1])
+    monkeypatch.setattr(expm, "truncated_expm_factor", lambda R: (calls.append(R.shape), real(R))[1])
     torch.manual_seed(0)
     F = triangle_size(n, k)
     cell = URN(F + 3 if proj else F, n, truncation=k).to(dtype)
@@ -128,6 +131,7 @@ def test_embedding_dropout_runs_one_fast_exponential_per_sequence_and_word(monke
     calls = []
     real = unitary.truncated_expm_factor
     monkeypatch.setattr(unitary, "truncated_expm_factor", lambda R: (calls.append(R.shape[0]), real(R))[1])
+    monkeypatch.setattr(expm, "truncated_expm_factor", lambda R: (calls.append(R.shape[0]), real(R))[1])
     n, k = 50, 3
     cell = URN(triangle_size(n, k), n, truncation=k).double().train()
     cell.recurrent_dropout = 0.3
@@ -149,6 +153,7 @@ def test_embedding_dropout_runs_one_fast_exponential_per_sequence_and_word(monke
 def test_dense_path_where_the_truncation_does_not_pay(monkeypatch):
     """4k >= n (or low_rank_expm off): matrix_exp of the dense S, as before."""
     monkeypatch.setattr(unitary, "truncated_expm_factor", lambda R: pytest.fail("fast path used"))
+    monkeypatch.setattr(expm, "truncated_expm_factor", lambda R: pytest.fail("fast path used"))
     for n, k in ((8, 2), (12, 3), (5, 5), (6, None), (50, 3)):
         cell = URN(triangle_size(n, k), n, truncation=k).double()
         cell.low_rank_expm = n != 50
@@ -207,6 +212,7 @@ def test_the_scan_never_forms_n_by_n_matrices_on_the_low_rank_path(monkeypatch):
     sizes = []
     real = unitary.matrix_exp
     monkeypatch.setattr(unitary, "matrix_exp", lambda S: (sizes.append(S.shape[-1]), real(S))[1])
+    monkeypatch.setattr(expm, "matrix_exp", lambda S: (sizes.append(S.shape[-1]), real(S))[1])
     out, _ = cell(x)
     assert max_diff(out, dense) < 1e-5 and max(sizes, default=0) < n
 
@@ -258,7 +264,7 @@ def _repeated_angles(n):
                                _skew(2, 50, 0.4)],
                          ids=["n5", "large-norm", "one-n50", "zero", "repeated", "float32", "tiny", "n50-norm"])
 def test_skew_matrix_exp_equals_torch_values_and_gradients(S):
-    from rnnlens.cells.unitary import skew_matrix_exp
+    from rnnlens.ops.expm import skew_matrix_exp
 
     S = S.clone().requires_grad_()
     G = torch.randn(S.shape, dtype=S.dtype)

@@ -1,4 +1,4 @@
-"""The URN's action path (cells/unitary.py: skew_expm_action, the Chebyshev recurrence that
+"""The URN's action path (ops/expm.py: skew_expm_action, the Chebyshev recurrence that
 applies expm(S) to a vector without forming it) against matrix_exp of skew_ref, and the
 linear RNN's sequence scan (_LinearRNNScan) against its step loop: values and gradients in
 float64 with left, interior and right padding, carried start states, and fixed dropout masks."""
@@ -8,9 +8,12 @@ import pytest
 import torch
 
 from conftest import max_diff
-from rnnlens.cells import unitary
-from rnnlens.cells.unitary import (URN, LinearRNN, bessel_j, chebyshev_skew_coefficients, skew_expm_action,
-                                  skew_expm_action_ref, skew_index, triangle_size)
+from rnnlens.cells import linear_rnn, unitary
+from rnnlens.cells.linear_rnn import LinearRNN
+from rnnlens.cells.unitary import URN
+from rnnlens.ops import expm
+from rnnlens.ops.expm import (bessel_j, chebyshev_skew_coefficients, skew_expm_action, skew_expm_action_ref,
+                              skew_index, triangle_size)
 
 
 def relative(a, b):
@@ -181,6 +184,7 @@ def test_urn_action_scan_equals_the_reference(n, k, proj, dropout, monkeypatch):
     real = unitary.skew_expm_action
     monkeypatch.setattr(unitary, "skew_expm_action", lambda *a: (calls.append(1), real(*a))[1])
     monkeypatch.setattr(unitary, "matrix_exp", lambda S: pytest.fail("formed Q"))
+    monkeypatch.setattr(expm, "matrix_exp", lambda S: pytest.fail("formed Q"))
     monkeypatch.setattr(unitary, "skew_matrix_exp", lambda S: pytest.fail("formed Q"))
     out, final = cell(x, mask, s0)
     assert len(calls) == 7
@@ -297,8 +301,8 @@ def test_linear_rnn_sequence_scan_equals_the_step_loop(target, chunk, monkeypatc
         return [out, final, *torch.autograd.grad((out * w).sum() + final.sum(), params)]
 
     calls = []
-    real = unitary._LinearRNNScan.apply
-    monkeypatch.setattr(unitary._LinearRNNScan, "apply", lambda *a: (calls.append(a[-1]), real(*a))[1])
+    real = linear_rnn._LinearRNNScan.apply
+    monkeypatch.setattr(linear_rnn._LinearRNNScan, "apply", lambda *a: (calls.append(a[-1]), real(*a))[1])
     fast, loop = run(True), run(False)
     assert calls == [7 if chunk == "kept" else chunk]
     refs = [loop]

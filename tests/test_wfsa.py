@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from conftest import max_diff
-from rnnlens.analysis.wfsa import (WFSA, Path, Transition, make_b, make_c, make_f, make_isan,
-                                   make_ngram, path_ngram)
+from rnnlens.analysis.wfsa import make_b, make_c, make_f, make_isan, make_ngram
+from rnnlens.analysis.wfsa_core import WFSA, Path, Transition, path_ngram
 from rnnlens.errors import RnnlensError
 from rnnlens.ops.semiring import get_semiring
 

@@ -4,7 +4,7 @@ probability than the wrong one? Accuracy overall and by number of attractors, wi
 Wilson 95% intervals (the unitary-networks paper, Fig. 11.6, plots these intervals).
 
 The test sets are the line-aligned .text/.gold files of colorlessgreenRNNs (read by
-rnnlens.data.readers.read_agreement_testset); the model is an rnnlens language model
+rnnlens.data.agreement.read_agreement_testset); the model is an rnnlens language model
 (task "lm"), e.g. one trained on WikiText-2.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..data.agreement import read_agreement_testset
 from ..data.batching import Example, collate
-from ..data.readers import read_agreement_testset
 from ..errors import RnnlensError
 from ..metrics import accuracy_by, wilson_interval
 

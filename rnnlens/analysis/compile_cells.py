@@ -11,7 +11,8 @@ import torch
 
 from ..cells.equivalences import ISAN, QRNN2
 from ..errors import RnnlensError
-from .wfsa import WFSA, make_isan
+from .wfsa import make_isan
+from .wfsa_core import WFSA
 
 
 def make_qrnn2(mu, phi, alphabet, mu0=None, dtype=torch.float64):

@@ -163,6 +163,7 @@ def file_examples(run: Run, path: str | Path) -> list[Example]:
     """A labelled file in the training format of the run's task: `label<TAB>text` lines for a
     classifier, CoNLL-2003 columns for a tagger, plain text for a language model."""
     from ..data import readers as R
+    from ..data.semeval_conll import read_conll2003
 
     task = run.task
     if task == "classify":
@@ -172,7 +173,7 @@ def file_examples(run: Run, path: str | Path) -> list[Example]:
         scheme = "iobes" if any(t.startswith(("E-", "S-")) for t in run.labels) else "iob2"
         index = {t: i for i, t in enumerate(run.labels)}
         out = []
-        for words, tags in R.read_conll2003(path, scheme=scheme):
+        for words, tags in read_conll2003(path, scheme=scheme):
             unknown = sorted(set(tags) - set(index))
             if unknown:
                 raise RnnlensError(f"{path}: tag(s) {', '.join(unknown)} are not the model's")

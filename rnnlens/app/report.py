@@ -18,38 +18,17 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import RnnlensError
-from ..viz import plots
 from ..viz import report as R
-
-SENTENCE_TASKS = ("classify", "regress", "relation")
-MAX_HEATMAP_TOKENS = 40
-MAX_BAR_TOKENS = 60
-TOP_K = 8
-
-
-def _mpl(s: str) -> str:
-    """Text for matplotlib: a "$" would start math mode (and can fail to parse)."""
-    return str(s).replace("$", r"\$")
-
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.4f}"
-    return str(v)
-
-
-def _section(sid: str, title: str, *parts: str) -> str:
-    return f'<section id="{sid}"><h2>{R.esc(title)}</h2>{"".join(parts)}</section>'
-
-
-def _note(text: str, cls: str = "note") -> str:
-    return f'<p class="{cls}">{R.esc(text)}</p>'
+from .report_sections import (
+    SENTENCE_TASKS, curves, explain_sentence, faithfulness_section, model_card, negation_section, note,
+    sample_html, section, skipped, tsne_section)
 
 
 # --- inputs ---------------------------------------------------------------------------------
@@ -117,311 +96,6 @@ def _sample_sentences(data, split: str, task: str, n: int, seed: int = 0) -> lis
     return [list(pool[i]) for i in idx]
 
 
-# --- per-sentence decomposition --------------------------------------------------------------
-
-@dataclass
-class SentenceView:
-    """grid[d, end, start]: contribution of each n-gram (d = 0 forward, 1 backward; backward
-    n-grams have end <= start) toward `targets[end]` (sentence tasks: one target for all)."""
-
-    tokens: list[str]
-    unknown: list[str]
-    grid: np.ndarray
-    targets: list[str]
-    explained: str
-    prediction: str
-    output: float | None
-    offset: float | None
-    remainder: float | None
-    exact: bool
-    focus: int                 # the token whose n-grams the bars show
-    partial: bool = False      # tag/lm with stacked layers: only n-grams ending at each token
-    polarity: np.ndarray | None = None   # [end, start] the paper's standalone scores w^T v_{i:t}
-    outputs: list[dict] | None = None    # per token (tag/lm): output = offset + n-grams + remainder
-
-    def top(self, k: int = TOP_K) -> list[dict]:
-        from ..analysis.sentence import top_of_grid
-
-        return [{**r, "target": self.targets[r["end"]]} for r in top_of_grid(self.grid, self.tokens, k)]
-
-
-def explain_sentence(model, vocab, tokens: list[str]) -> SentenceView:
-    """The n-gram view of one sentence for any recurrent model: analysis.sentence.explain_text
-    (the same explanation `rnnlens explain` prints), laid out for the page."""
-    from ..analysis.sentence import explain_text
-
-    ex = explain_text(model, vocab, tokens)
-    T = len(tokens)
-    prediction = ex.prediction
-    if ex.probabilities:
-        prediction += " (" + ", ".join(f"p({lab}) = {p:.3f}" for lab, p in ex.probabilities.items()) + ")"
-    if ex.sentence_level:
-        p = ex.positions[0]
-        return SentenceView(ex.tokens, ex.unknown, p.ngrams, [p.target] * T, ex.explained, prediction,
-                            p.output, p.offset, p.remainder, ex.exact, T - 1, polarity=ex.polarity)
-    grid = np.zeros((ex.directions, T, T))
-    for t, p in enumerate(ex.positions):
-        grid[:, t, :] = p.ngrams[:, t, :]
-    names = [p.target for p in ex.positions]
-    focus = next((t for t, n in enumerate(names) if n != "O"), T - 1) if ex.task == "tag" else T - 1
-    outputs = [{"position": p.position, "token": ex.tokens[p.position], "target": p.target, "output": p.output,
-                "offset": p.offset, "ngram_total": p.ngram_total, "remainder": p.remainder} for p in ex.positions]
-    return SentenceView(ex.tokens, ex.unknown, grid, names, ex.explained, prediction, None, None, None,
-                        ex.exact, focus, partial=ex.layers > 1 or ex.directions > 1, outputs=outputs)
-
-
-def _sample_html(k: int, text: str, v: SentenceView, fig_dir: Path, cell: str) -> tuple[str, dict]:
-    T, D = len(v.tokens), v.grid.shape[0]
-    toks = [_mpl(t) for t in v.tokens]
-    parts = [f'<div class="sample" id="sample-{k}"><h3>Sentence {k + 1}</h3>',
-             f'<p class="sentence">{R.esc(text)}</p>',
-             f"<p>Tokens ({T}): <code>{R.esc(' | '.join(v.tokens))}</code></p>",
-             f"<p>Prediction: <b>{R.esc(v.prediction)}</b>. Scores decompose {R.esc(v.explained)}.</p>"]
-    if v.unknown:
-        parts.append(_note(f"read as <unk> (not in the vocabulary): {' '.join(sorted(set(v.unknown)))}"))
-    if v.output is not None:
-        kind = "exact" if v.exact else "first-order"
-        parts.append(f"<p>Output {v.output:+.3f} = offset {v.offset:+.3f} + n-grams {v.grid.sum():+.3f} "
-                     f"+ remainder {v.remainder:+.3f} ({kind} view of the first layer).</p>")
-    if v.outputs is not None:
-        kind = "exact" if v.exact else "first-order"
-        rows = [[str(o["position"]), R.cell(o["token"], "text"), R.cell(o["target"], "text"),
-                 R.score_cell(o["output"]), R.score_cell(o["offset"]), R.score_cell(o["ngram_total"]),
-                 R.score_cell(o["remainder"])] for o in v.outputs]
-        parts.append(f"<p>Each token's output = offset + n-grams + remainder ({kind} view of the first layer):</p>")
-        parts.append(R.table(["#", "token", "toward", "output", "offset", "n-grams", "remainder"], rows,
-                             ' class="outputs"'))
-    if v.partial:
-        parts.append(_note("stacked or bidirectional layers: the figures show the n-grams ending at each token; "
-                           "the table's totals count them all"))
-    top = v.top()
-    header = (["direction"] if D > 1 else []) + ["n-gram", "toward", "score"]
-    rows = [([t["direction"]] if D > 1 else []) + [R.cell(t["text"], "text"), R.cell(t["target"], "text"),
-                                                    R.score_cell(t["score"])] for t in top]
-    parts.append(R.table(header, rows, ' class="top-ngrams"'))
-    label = "contribution"
-    if T > MAX_HEATMAP_TOKENS:
-        parts.append(_note(f"{T} tokens: the heatmap is drawn for sentences of at most {MAX_HEATMAP_TOKENS}"))
-    elif v.polarity is not None:
-        png = plots.ngram_heatmap(toks, v.polarity, fig_dir / f"heat-{k}.png", f"{cell}: n-gram polarity scores")
-        parts.append(R.figure(png, "Polarity score w^T v(i:t) of every n-gram, from the row's word to the "
-                              "column's word, each n-gram read on its own (blue positive, red negative; the "
-                              "implicit-ngrams paper's Figure 6, eq. 14). The table above gives each n-gram's "
-                              "contribution to this sentence's output instead."))
-    else:
-        png = plots.ngram_heatmap(toks, v.grid[0], fig_dir / f"heat-{k}.png",
-                                  f"{cell}: n-gram contributions" + (" (forward)" if D > 1 else ""))
-        toward = "" if v.output is not None else ", toward the label predicted at the column's word"
-        parts.append(R.figure(png, "Contribution of the n-gram from the row's word to the column's word"
-                              f"{toward} (blue positive, red negative; the implicit-ngrams paper's Figure 6)."))
-        if D > 1:
-            png = plots.ngram_heatmap_backward(toks, v.grid[1], fig_dir / f"heat-back-{k}.png",
-                                               f"{cell}: n-gram contributions (backward)", label)
-            parts.append(R.figure(png, "Backward direction: the n-gram read from the column's word back to "
-                                  "the row's word."))
-    if T > MAX_BAR_TOKENS:
-        parts.append(_note(f"{T} tokens: the bars are drawn for sentences of at most {MAX_BAR_TOKENS}"))
-    elif D > 1:
-        fe = v.focus
-        be = 0 if v.output is not None else v.focus
-        png = plots.ngram_bars_both(toks, v.grid[0, fe], v.grid[1, be], fig_dir / f"bars-{k}.png",
-                                    forward_end=fe, backward_end=be, title=f"{cell}: n-grams ending at a token",
-                                    xlabel=label)
-        where = ("the final state reads the forward direction at the last token and the backward one at the "
-                 "first" if v.output is not None else f"toward '{v.targets[fe]}' at '{v.tokens[fe]}'")
-        parts.append(R.figure(png, f"Every n-gram ending at a token, both directions ({where}; "
-                              "the sequence-level paper's Figures 2 and 4)."))
-    else:
-        fe = v.focus
-        names = [plots._short(_mpl(" ".join(v.tokens[i: fe + 1]))) for i in range(fe + 1)]
-        png = plots.ngram_bars(names, v.grid[0, fe, : fe + 1], fig_dir / f"bars-{k}.png",
-                               f"{cell}: n-grams ending at '{toks[fe]}'")
-        parts.append(R.figure(png, f"Every n-gram ending at '{v.tokens[fe]}' (toward '{v.targets[fe]}'; "
-                              "the sequence-level paper's Figures 2 and 4)."))
-    parts.append("</div>")
-    data = {"text": text, "tokens": v.tokens, "unknown": v.unknown, "prediction": v.prediction,
-            "explained": v.explained, "exact": v.exact, "top": top}
-    if v.output is not None:
-        data.update(output=v.output, offset=v.offset, ngram_total=float(v.grid.sum()), remainder=v.remainder)
-    if v.outputs is not None:
-        data["outputs"] = v.outputs
-    return "".join(parts), data
-
-
-# --- sections --------------------------------------------------------------------------------
-
-def _model_card(model_dir, model, cfg, meta, vocab, data, data_note, rows, test) -> tuple[str, dict]:
-    m = cfg.model
-    task = meta.get("task", "classify")
-    n_params = sum(p.numel() for p in model.parameters())
-    if m.cell == "transformer":
-        arch = f"Transformer baseline, {m.layers} layer(s), {m.heads} heads"
-    else:
-        arch = (f"{m.cell} cell, {m.layers} layer(s), " + ("bidirectional" if m.bidirectional else "one direction"))
-        if m.memory:
-            arch += (f", then a memory block: {m.memory.upper()}{'(+tM' if m.memory_temporal else '(-tM'}-"
-                     f"{m.memory_composition[0]}) over {m.memory_size} words"
-                     + (" on both sides" if m.memory_bidirectional else ""))
-    head = {"classify": "classifier", "regress": "regressor", "relation": "relation classifier",
-            "tag": "BiRNN-CRF tagger" if m.bidirectional else "CRF tagger", "lm": "language model"}.get(task, task)
-    desc = f"A {task} model ({head}): {arch}, embedding {m.embedding_dim}, hidden {m.hidden_size}"
-    if task in SENTENCE_TASKS:
-        desc += f", {m.pooling} pooling, " + (f"MLP head ({m.mlp_hidden})" if m.mlp_hidden else "linear head") + \
-                (" with bias" if m.output_bias else " without bias")
-    desc += "."
-    best = (test or {}).get("best_epoch") or (rows[-1].get("best_epoch") if rows else None)
-    best_row = next((r for r in rows if r.get("epoch") == best), None)
-    dev = {k[4:]: v for k, v in (best_row or {}).items() if k.startswith("dev_")}
-    tst = {k[5:]: v for k, v in (test or {}).items() if k.startswith("test_")}
-    labels = meta.get("labels")
-    # an LM split is one token stream, or (sentence-level) one example per sentence: count tokens
-    sizes = {k: len(v) if task != "lm" else sum(len(e.tokens) for e in v) for k, v in data.splits.items()} if data else {}
-    card = {"model_dir": str(model_dir), "task": task, "cell": m.cell, "layers": m.layers,
-            "bidirectional": m.bidirectional, "embedding_dim": m.embedding_dim, "hidden_size": m.hidden_size,
-            "parameters": n_params, "vocab_size": len(vocab), "labels": labels, "corpus": cfg.data.corpus,
-            "split_sizes": sizes, "best_epoch": best, "dev": dev, "test": tst, "description": desc}
-    facts = [["model folder", str(model_dir)], ["architecture", arch], ["task", task],
-             ["parameters", f"{n_params:,}"], ["vocabulary", f"{len(vocab):,} tokens"]]
-    if labels:
-        shown = ", ".join(labels[:30]) + (f", ... ({len(labels)} in all)" if len(labels) > 30 else "")
-        facts.append(["labels", shown])
-    facts.append(["data", cfg.data.corpus + (f" ({cfg.data.data_dir})" if cfg.data.data_dir else "")])
-    if sizes:
-        unit = " tokens" if task == "lm" else ""
-        facts.append(["splits", ", ".join(f"{k} {v:,}{unit}" for k, v in sizes.items())])
-    facts.append(["best epoch", "-" if best is None else str(best)])
-    names = sorted(set(dev) | set(tst))
-    metrics_rows = [[f"dev (epoch {best})", *(_fmt(dev.get(k, "")) for k in names)]] if dev else []
-    if tst:
-        metrics_rows.append(["test", *(_fmt(tst.get(k, "")) for k in names)])
-    parts = [f"<p>{R.esc(desc)}</p>", R.table(["", ""], facts, ' class="facts"')]
-    if metrics_rows:
-        parts += ["<h3>Metrics</h3>", R.table(["split", *names], metrics_rows)]
-    else:
-        parts.append(_note("no dev or test metrics recorded in metrics.jsonl"))
-    if data_note:
-        parts.append(_note(data_note))
-    if meta.get("notes"):
-        parts.append("<h3>Data notes</h3><ul>" + "".join(f"<li>{R.esc(n)}</li>" for n in meta["notes"]) + "</ul>")
-    parts.append("<details><summary>Resolved configuration</summary><pre>"
-                 f"{R.esc(json.dumps(cfg.to_dict(), indent=2))}</pre></details>")
-    return _section("model-card", "Model card", *parts), card
-
-
-def _curves(rows, model, fig_dir) -> tuple[str, dict]:
-    if not rows:
-        return _section("training-curves", "Training curves",
-                        _note("metrics.jsonl has no per-epoch rows: nothing to plot")), {"skipped": "no epochs"}
-    metric = model.head.select[0]
-    if not any(f"dev_{metric}" in r for r in rows):
-        metric = None
-    png = plots.training_curves(rows, fig_dir / "curves.png", metric, f"{len(rows)} epoch(s)")
-    return (_section("training-curves", "Training curves",
-                     R.figure(png, "Loss and the model-selection metric per epoch, on the training and dev sets; "
-                              "the dotted line marks the epoch kept.")),
-            {"epochs": len(rows), "metric": metric})
-
-
-def _tsne_section(model, cfg, vocab, data, split, fig_dir, max_n: int = 2000) -> tuple[str, dict]:
-    from ..analysis.context import context_representations, tsne
-    from ..train.run import batches
-
-    feats, labels = context_representations(model, batches(cfg, model.task, data.splits[split], vocab, False),
-                                            max_n=max_n)
-    if len(feats) < 3:
-        raise RnnlensError(f"the {split} split has {len(feats)} sentences; t-SNE needs at least 3")
-    pts = tsne(feats, seed=0)
-    names = [_mpl(n) for n in model.labels] if model.labels else None
-    png = plots.tsne_scatter(pts, labels, fig_dir / "tsne.png",
-                             f"t-SNE of {len(feats)} {split} context representations", names)
-    what = "the final state" if cfg.model.pooling == "final" else "the mean of the states"
-    if cfg.model.bidirectional and cfg.model.pooling == "final":
-        what = "the forward final state and the backward state at the first token, concatenated"
-    return (_section("tsne", "Context representations (t-SNE)",
-                     R.figure(png, f"{len(feats)} {split} sentences: the vector the output layer reads ({what}, "
-                              f"{feats.shape[1]} dimensions) projected with t-SNE, coloured by gold label "
-                              "(the implicit-ngrams paper's Figure 7).")),
-            {"split": split, "n": len(feats), "dim": int(feats.shape[1])})
-
-
-def _negation_section(model, cfg, vocab, meta, data, fig_dir) -> tuple[str, dict]:
-    from ..analysis import negation as N
-
-    sides = N.sentiment_sides(meta.get("task", "classify"), meta.get("labels"), cfg.data.corpus)
-    if cfg.data.corpus == "polarity":
-        # "X" and "not X" carry opposite labels there, so no word passes the frequency ratio;
-        # the corpus is built from known adjective lists.
-        from ..data.synthetic import NEGATIVE, POSITIVE
-
-        adj = N.Adjectives(list(POSITIVE), list(NEGATIVE))
-        source = "the built-in corpus's adjective lists"
-    else:
-        adj = N.extract_adjectives(data.splits["train"], sides.is_positive, sides.is_negative, N.load_lexicon())
-        source = "the training split (implicit-ngrams Appendix E.1)"
-    if not adj.positive and not adj.negative:
-        raise RnnlensError("no polarity adjectives found in the training split")
-    study = N.negation_study(model, vocab, adj.positive, adj.negative, sides=sides)
-    if not study.rows:
-        raise RnnlensError("none of the extracted adjectives is in the model's vocabulary")
-    summary = N.summarize_study(study)
-    forms = list(dict.fromkeys(r.form for r in study.rows))
-    parts = [(f"<p>{len(adj.positive)} positive and {len(adj.negative)} negative adjectives from "
-              f"{R.esc(source)}; each scored as a standalone phrase "
-              f"({R.esc('full-span n-gram score' if study.kind == 'ngram' else 'context score')}; "
-              f"w = {R.esc(study.readout)}).</p>")]
-    rows = []
-    for pol in N.POLARITIES:
-        g = summary["groups"].get(pol, {})
-        rows.append([f"{pol} ({max([s['count'] for s in g.values()] or [0])})",
-                     *(R.score_cell(g[f]["median"]) if f in g and g[f]["count"] else "-" for f in forms)])
-    parts.append(R.table(["median score", *forms], rows, ' class="negation-medians"'))
-    yn = {True: "yes", False: "no", None: "n/a"}
-    finding_rows = [[N.FINDING_LINES.get(key, key), *(R.cell(yn[f.get(p)], {True: "ok", False: "bad"}.get(f.get(p)))
-                                                      for p in N.POLARITIES)]
-                    for key, f in summary["findings"].items()]
-    parts.append(R.table(["finding", *N.POLARITIES], finding_rows))
-    if hasattr(plots, "negation_boxes"):
-        png = plots.negation_boxes(N.score_groups(study), fig_dir / "negation.png",
-                                   f"{cfg.model.cell}: polarity scores of adjectives and their phrases")
-        parts.append(R.figure(png, "Scores of X, not X, very X and not not X per adjective group "
-                              "(the implicit-ngrams paper's Figures 2-5)."))
-    if study.skipped:
-        parts.append(_note(f"{len(study.skipped)} adjective(s) not in the vocabulary were skipped"))
-    return (_section("negation", "Negation and intensification", *parts),
-            {"adjectives": {"positive": adj.positive, "negative": adj.negative}, "summary": summary,
-             **{k: v for k, v in study.to_dict().items() if k != "rows"}})
-
-
-def _faithfulness_section(model, vocab, data, split, n, progress) -> tuple[str, dict]:
-    from ..analysis.faithfulness import faithfulness
-
-    res = faithfulness(model, data.splits[split], vocab, max_sentences=n, progress=progress)
-    d = res.to_dict()
-
-    def num(x, f="{:.4f}"):
-        return "n/a" if x is None else f.format(x)
-
-    rows = []
-    for name, m in sorted(d["methods"].items(), key=lambda kv: -(kv[1]["aopc"] if kv[1]["aopc"] is not None
-                                                                 else -1e300)):
-        rows.append([name, num(m["aopc"]), num(m["aopc_se"]), num(m["spearman"], "{:.3f}"),
-                     f"{m['spearman_n']}", f"{m['seconds']:.1f}"])
-    foe = d.get("first_order_error")
-    foe_text = ("exact (the cell is its linear view)" if foe == "exact" else
-                f"one-step {num(foe.get('one_step'))}, accumulated {num(foe.get('accumulated'))}"
-                if isinstance(foe, dict) else "not measured")
-    intro = (f"<p>Token attributions on {d['sentences']} {R.esc(split)} sentences ({d['skipped']} too short "
-             f"left out), p = {R.esc(d['output'])} of the target; deleting up to {d['max_k']} tokens. AOPC: mean "
-             "drop of p when the top-k tokens are deleted (higher is more faithful); Spearman: rank agreement with "
-             "single-token deletion.</p>")
-    error = (f"<p>First-order error of layer 1: {R.esc(foe_text)}; n-gram |remainder| / |output|: "
-             f"{R.esc(num(d.get('remainder_ratio')))}.</p>")
-    parts = [intro, R.table(["method", "AOPC", "± se", "Spearman", "sentences", "seconds"], rows,
-                            ' class="faithfulness-table"'), error]
-    parts += [_note(n) for n in d.get("notes", [])]
-    return _section("faithfulness", "Faithfulness", *parts), d
-
-
 def _available(module: str) -> bool:
     """Whether an optional analysis module imports (it may not be part of this install)."""
     import importlib
@@ -433,11 +107,128 @@ def _available(module: str) -> bool:
     return True
 
 
-def _skipped(sid: str, title: str, reason: str) -> tuple[str, dict]:
-    return _section(sid, title, _note(f"skipped: {reason}", "note skipped")), {"skipped": reason}
-
 
 # --- the report ------------------------------------------------------------------------------
+
+@dataclass
+class _Context:
+    """What every section step reads: the loaded run, its data (or why there is none), the
+    split the data sections use, the figure folder and the progress line."""
+
+    model: object
+    cfg: object
+    vocab: object
+    meta: dict
+    task: str
+    data: object
+    data_note: str | None
+    split: str | None
+    fig_dir: Path
+    say: Callable[[str], None]
+
+    @property
+    def recurrent(self) -> bool:
+        return self.cfg.model.cell != "transformer"
+
+
+def _samples_step(c: _Context, items: list[tuple[str, list[str]]], from_text: bool,
+                  n_samples: int) -> tuple[str, object]:
+    title = "Sample sentences"
+    if not c.recurrent:
+        return skipped("samples", title, "a transformer has no linear view: the n-gram decomposition "
+                                         "explains recurrent cells")
+    parts, samples = [], []
+    for k, (text, tokens) in enumerate(items):
+        try:
+            view = explain_sentence(c.model, c.vocab, tokens)
+        except RnnlensError as e:           # e.g. a max-plus model: no real-semiring sum
+            return skipped("samples", title, str(e))
+        html, d = sample_html(k, text, view, c.fig_dir, c.cfg.model.cell.upper())
+        parts.append(html)
+        samples.append(d)
+        c.say(f"sample {k + 1}/{len(items)}")
+    if not items:
+        reason = ("no sentences: pass --text or a dataset with a test split" if n_samples
+                  else "--samples 0 and no --text")
+        return skipped("samples", title, reason)
+    intro = ("<p>Each n-gram's contribution to the model's output (rnnlens.analysis.attribution: the "
+             "first layer's n-gram vectors v(i:t) read by the gradient of the output with respect to "
+             "that layer's states; for a linear head on the final state these are the papers' scores "
+             "w^T v(i:t)).</p>")
+    origin = "given with --text" if from_text else f"sampled from the {c.split} split"
+    return section("samples", title, intro, f"<p>{len(items)} sentence(s) {R.esc(origin)}.</p>", *parts), samples
+
+
+def _tsne_step(c: _Context) -> tuple[str, dict]:
+    title = "Context representations (t-SNE)"
+    if c.task not in SENTENCE_TASKS:
+        return skipped("tsne", title, f"a {c.task} model has no sentence representation")
+    if not c.data or not c.split:
+        return skipped("tsne", title, c.data_note or "the data has no dev or test split")
+    c.say("t-SNE ...")
+    try:
+        return tsne_section(c.model, c.cfg, c.vocab, c.data, c.split, c.fig_dir)
+    except RnnlensError as e:
+        return skipped("tsne", title, str(e))
+
+
+def _negation_step(c: _Context, negation: bool) -> tuple[str, dict]:
+    title = "Negation and intensification"
+    if not negation:
+        return skipped("negation", title, "turned off (--no-negation)")
+    if c.task not in ("classify", "regress"):
+        return skipped("negation", title, f"a {c.task} model is not a sentiment classifier or regressor")
+    if not c.recurrent:
+        return skipped("negation", title, "a transformer has no n-gram decomposition")
+    if not c.data:
+        return skipped("negation", title, c.data_note or "no data")
+    if not _available("rnnlens.analysis.negation"):
+        return skipped("negation", title, "negation study unavailable "
+                                          "(rnnlens.analysis.negation is not installed)")
+    c.say("negation study ...")
+    try:
+        return negation_section(c.model, c.cfg, c.vocab, c.meta, c.data, c.fig_dir)
+    except RnnlensError as e:
+        return skipped("negation", title, str(e))
+
+
+def _faithfulness_step(c: _Context, n: int, progress: bool) -> tuple[str, dict]:
+    title = "Faithfulness"
+    if c.task not in SENTENCE_TASKS:
+        return skipped("faithfulness", title,
+                       f"the faithfulness table scores sentence-level models, not {c.task}")
+    if not c.recurrent:
+        return skipped("faithfulness", title, "a transformer has no n-gram attribution")
+    if not c.data or not c.split:
+        return skipped("faithfulness", title, c.data_note or "no dev or test split")
+    if not n:
+        return skipped("faithfulness", title, "--faithfulness-sentences 0")
+    if not _available("rnnlens.analysis.faithfulness"):
+        return skipped("faithfulness", title, "faithfulness evaluation unavailable "
+                                              "(rnnlens.analysis.faithfulness is not installed)")
+    c.say("faithfulness ...")
+    try:
+        return faithfulness_section(c.model, c.vocab, c.data, c.split, n, progress)
+    except RnnlensError as e:
+        return skipped("faithfulness", title, str(e))
+
+
+def _sample_items(c: _Context, texts: list[str], tok, n_samples: int) -> list[tuple[str, list[str]]]:
+    """(text, tokens) of the sentences to explain: the --text ones, or a sample of the split."""
+    if texts:
+        return [(s, tok(s)) for s in texts]
+    if c.data and c.split and n_samples:
+        return [(" ".join(t), t) for t in _sample_sentences(c.data, c.split, c.task, n_samples)]
+    return []
+
+
+def _write(out_dir: Path, force: bool, page: str, result: dict) -> None:
+    from ..train.checkpoint import output_dir
+
+    with output_dir(out_dir, force=force) as tmp:
+        (tmp / "report.html").write_text(page, encoding="utf-8")
+        (tmp / "report.json").write_text(json.dumps(result, indent=2, default=_json_default), encoding="utf-8")
+
 
 def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: int = 4,
                  faithfulness_sentences: int = 100, negation: bool = True, progress: bool = True,
@@ -448,7 +239,6 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
     data sections are skipped, with the reason, when it cannot be loaded and no data_dir
     was given. sentences: texts to explain instead of n_samples sentences of the test
     split. Returns the report.json dict. Bad input is an RnnlensError."""
-    from ..train.checkpoint import output_dir
     from .run import Run
 
     t0 = time.perf_counter()
@@ -459,11 +249,9 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
         raise RnnlensError("--samples and --faithfulness-sentences must be >= 0")
     model_dir = Path(model_dir)
     run = Run.load(model_dir, data_dir=data_dir)
-    model, cfg, vocab, meta, task = run.model, run.config, run.vocab, run.meta, run.task
-    tok = run.tokenizer
     texts = list(sentences or [])
     for s in texts:
-        if not tok(s):
+        if not run.tokenizer(s):
             raise RnnlensError(f"--text {s!r} has no tokens: nothing to explain")
 
     def say(msg: str) -> None:
@@ -473,131 +261,32 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
     say(f"loaded {model_dir}")
     data, data_note = _load_data(run, explicit=data_dir is not None)
     say("data loaded" if data else "data not available")
-    split = _eval_split(data) if data else None
     rows, test, metric_notes = read_metrics(model_dir / "metrics.jsonl")
-    recurrent = cfg.model.cell != "transformer"
     result: dict = {"model": None}
-    sections: list[str] = []
     with tempfile.TemporaryDirectory(prefix="rnnlens-report-") as figs:
-        fig_dir = Path(figs)
-        html, result["model"] = _model_card(model_dir, model, cfg, meta, vocab, data, data_note, rows, test)
-        sections.append(html + "".join(_note(n) for n in metric_notes))
+        c = _Context(run.model, run.config, run.vocab, run.meta, run.task, data, data_note,
+                     _eval_split(data) if data else None, Path(figs), say)
+        html, result["model"] = model_card(model_dir, c.model, c.cfg, c.meta, c.vocab, data, data_note, rows, test)
+        sections = [html + "".join(note(n) for n in metric_notes)]
         say("model card")
-        html, result["training_curves"] = _curves(rows, model, fig_dir)
+        html, result["training_curves"] = curves(rows, c.model, c.fig_dir)
         sections.append(html)
         say("training curves")
-
-        # samples
-        if not recurrent:
-            html, result["samples"] = _skipped("samples", "Sample sentences",
-                                               "a transformer has no linear view: the n-gram decomposition "
-                                               "explains recurrent cells")
-        else:
-            if texts:
-                items = [(s, tok(s)) for s in texts]
-            elif data and split and n_samples:
-                items = [(" ".join(t), t) for t in _sample_sentences(data, split, task, n_samples)]
-            else:
-                items = []
-            parts, samples = [], []
-            refused = None
-            for k, (text, tokens) in enumerate(items):
-                try:
-                    view = explain_sentence(model, vocab, tokens)
-                except RnnlensError as e:           # e.g. a max-plus model: no real-semiring sum
-                    refused = str(e)
-                    break
-                html, d = _sample_html(k, text, view, fig_dir, cfg.model.cell.upper())
-                parts.append(html)
-                samples.append(d)
-                say(f"sample {k + 1}/{len(items)}")
-            intro = ("<p>Each n-gram's contribution to the model's output (rnnlens.analysis.attribution: the "
-                     "first layer's n-gram vectors v(i:t) read by the gradient of the output with respect to "
-                     "that layer's states; for a linear head on the final state these are the papers' scores "
-                     "w^T v(i:t)).</p>")
-            if refused is not None:
-                html, result["samples"] = _skipped("samples", "Sample sentences", refused)
-            elif not items:
-                reason = ("no sentences: pass --text or a dataset with a test split" if n_samples
-                          else "--samples 0 and no --text")
-                html, result["samples"] = _skipped("samples", "Sample sentences", reason)
-            else:
-                origin = "given with --text" if texts else f"sampled from the {split} split"
-                html = _section("samples", "Sample sentences", intro,
-                                f"<p>{len(items)} sentence(s) {R.esc(origin)}.</p>", *parts)
-                result["samples"] = samples
+        items = _sample_items(c, texts, run.tokenizer, n_samples) if c.recurrent else []
+        html, result["samples"] = _samples_step(c, items, bool(texts), n_samples)
         sections.append(html)
-
-        # t-SNE
-        if task not in SENTENCE_TASKS:
-            html, result["tsne"] = _skipped("tsne", "Context representations (t-SNE)",
-                                            f"a {task} model has no sentence representation")
-        elif not data or not split:
-            html, result["tsne"] = _skipped("tsne", "Context representations (t-SNE)",
-                                            data_note or "the data has no dev or test split")
-        else:
-            say("t-SNE ...")
-            try:
-                html, result["tsne"] = _tsne_section(model, cfg, vocab, data, split, fig_dir)
-            except RnnlensError as e:
-                html, result["tsne"] = _skipped("tsne", "Context representations (t-SNE)", str(e))
+        html, result["tsne"] = _tsne_step(c)
         sections.append(html)
         say("t-SNE")
-
-        # negation
-        title = "Negation and intensification"
-        if not negation:
-            html, result["negation"] = _skipped("negation", title, "turned off (--no-negation)")
-        elif task not in ("classify", "regress"):
-            html, result["negation"] = _skipped("negation", title,
-                                                f"a {task} model is not a sentiment classifier or regressor")
-        elif not recurrent:
-            html, result["negation"] = _skipped("negation", title, "a transformer has no n-gram decomposition")
-        elif not data:
-            html, result["negation"] = _skipped("negation", title, data_note or "no data")
-        else:
-            if not _available("rnnlens.analysis.negation"):
-                html, result["negation"] = _skipped("negation", title, "negation study unavailable "
-                                                    "(rnnlens.analysis.negation is not installed)")
-            else:
-                say("negation study ...")
-                try:
-                    html, result["negation"] = _negation_section(model, cfg, vocab, meta, data, fig_dir)
-                except RnnlensError as e:
-                    html, result["negation"] = _skipped("negation", title, str(e))
+        html, result["negation"] = _negation_step(c, negation)
         sections.append(html)
         say("negation")
-
-        # faithfulness
-        title = "Faithfulness"
-        if task not in SENTENCE_TASKS:
-            html, result["faithfulness"] = _skipped("faithfulness", title,
-                                                    f"the faithfulness table scores sentence-level models, not {task}")
-        elif not recurrent:
-            html, result["faithfulness"] = _skipped("faithfulness", title, "a transformer has no n-gram attribution")
-        elif not data or not split:
-            html, result["faithfulness"] = _skipped("faithfulness", title, data_note or "no dev or test split")
-        elif not faithfulness_sentences:
-            html, result["faithfulness"] = _skipped("faithfulness", title, "--faithfulness-sentences 0")
-        else:
-            if not _available("rnnlens.analysis.faithfulness"):
-                html, result["faithfulness"] = _skipped("faithfulness", title, "faithfulness evaluation unavailable "
-                                                        "(rnnlens.analysis.faithfulness is not installed)")
-            else:
-                say("faithfulness ...")
-                try:
-                    html, result["faithfulness"] = _faithfulness_section(
-                        model, vocab, data, split, faithfulness_sentences, progress)
-                except RnnlensError as e:
-                    html, result["faithfulness"] = _skipped("faithfulness", title, str(e))
+        html, result["faithfulness"] = _faithfulness_step(c, faithfulness_sentences, progress)
         sections.append(html)
         say("faithfulness")
-
         result["seconds"] = round(time.perf_counter() - t0, 2)
         page = R.page(f"rnnlens report: {model_dir.resolve().name}", [_toc(), *sections])
-    with output_dir(out_dir, force=force) as tmp:
-        (tmp / "report.html").write_text(page, encoding="utf-8")
-        (tmp / "report.json").write_text(json.dumps(result, indent=2, default=_json_default), encoding="utf-8")
+    _write(out_dir, force, page, result)
     say(f"wrote {out_dir / 'report.html'}")
     return result
 

@@ -4,13 +4,14 @@ from .base import Cell, DenseView, LinearView, StructuredView
 from .baselines import BASELINE_CELLS
 from .classic import GRU, LSTM, Elman, from_torch
 from .equivalences import ISAN
+from .linear_rnn import LinearRNN
 from .ngram import NGRAM_CELLS
 from .rational import RATIONAL_CELLS
-from .unitary import UNITARY_CELLS
+from .unitary import URN
 
 CELLS = {"elman": Elman, "gru": GRU, "lstm": LSTM, **NGRAM_CELLS, **BASELINE_CELLS, **RATIONAL_CELLS,
          "isan": ISAN}  # equivalences.QRNN2 is left out: its step needs x_{t-1} (see its docstring)
-CELLS.update(UNITARY_CELLS)   # "urn", "linear-rnn"
+CELLS.update({"urn": URN, "linear-rnn": LinearRNN})
 register("cell", CELLS)
 
 __all__ = ["CELLS", "Cell", "DenseView", "LinearView", "StructuredView", "Elman", "GRU", "LSTM", "from_torch"]

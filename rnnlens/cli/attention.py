@@ -47,7 +47,8 @@ def _text_sentences(path) -> list[list[str]]:
 def cmd_attention(args) -> int:
     """What the memory block of an RM/RMR language model attends to (recurrent-memory paper,
     Section 5): Figure 3, Figure 4 samples, Table 3 pairs, Figure 6 with --parses."""
-    from ..analysis.attention import analyse_attention, format_summary, memory_layout
+    from ..analysis.attention import memory_layout
+    from ..analysis.attention_report import analyse_attention, format_summary
     from ..app.run import Run
     from ..train.checkpoint import output_dir
 

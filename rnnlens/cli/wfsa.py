@@ -13,7 +13,8 @@ def cmd_wfsa(args) -> int:
     max-plus, the largest n-grams in the real semiring, and the DOT file."""
     import torch
 
-    from ..analysis.wfsa import compile_wfsa, path_ngram
+    from ..analysis.wfsa import compile_wfsa
+    from ..analysis.wfsa_core import path_ngram
     from ..app.run import Run
     from ..cells.rational import RationalCell
 

@@ -19,7 +19,9 @@ from typing import Callable, Sequence
 from ..config import register
 from ..errors import RnnlensError
 from . import readers as R
+from .agreement import read_linzen_tsv
 from .batching import Example
+from .semeval_conll import SEMEVAL_LABELS, read_conll2003, read_semeval
 
 TASKS = ("classify", "regress", "relation", "tag", "lm", "dyck", "crossserial", "agreement")
 
@@ -270,7 +272,7 @@ def load_imdb(data_dir, seed: int = 0) -> Dataset:
 
 
 def load_semeval(data_dir, seed: int = 0) -> Dataset:
-    train = R.read_semeval(find_file(data_dir, "semeval2010_task8/TRAIN_FILE.TXT"))
+    train = read_semeval(find_file(data_dir, "semeval2010_task8/TRAIN_FILE.TXT"))
     test_path = find_file(data_dir, "semeval2010_task8/TEST_FILE_FULL.TXT")
     notes = ["SemEval-2010 Task 8: 19 directed labels; entity markers <e1> </e1> <e2> </e2> "
              "kept as tokens, other tokens lowercased",
@@ -282,12 +284,12 @@ def load_semeval(data_dir, seed: int = 0) -> Dataset:
     if key is not None:
         # The official key has undirected labels; read_semeval checks they agree.
         notes.append("TEST_FILE_KEY.TXT (undirected labels) was checked against them: all agree")
-    test = R.read_semeval(test_path, key_path=key)
-    return _with_dev("semeval", train, test, seed, notes, labels=list(R.SEMEVAL_LABELS), task="relation")
+    test = read_semeval(test_path, key_path=key)
+    return _with_dev("semeval", train, test, seed, notes, labels=list(SEMEVAL_LABELS), task="relation")
 
 
 def load_conll2003(data_dir, seed: int = 0) -> Dataset:
-    rows = {split: R.read_conll2003(find_file(data_dir, f"conll2003/{file}"), scheme="iobes")
+    rows = {split: read_conll2003(find_file(data_dir, f"conll2003/{file}"), scheme="iobes")
             for split, file in (("train", "eng.train"), ("dev", "eng.testa"), ("test", "eng.testb"))}
     found = {t for _, tags in rows["train"] for t in tags}
     labels = ["O"] + sorted(found - {"O"})
@@ -428,7 +430,7 @@ def load_agreement(data_dir, seed: int = 0) -> Dataset:
         raise RnnlensError(f"agr_50_mostcommon_10K.tsv(.gz) is not in {data_dir} (nor in "
                            f"{Path(data_dir) / 'agreement'}); it is not part of the shared data: download it "
                            "as TalLinzen/rnn_agreement's README says")
-    rows = R.read_linzen_tsv(path)
+    rows = read_linzen_tsv(path)
     notes = []
     kept = [r for r in rows if r.prefix]
     if len(kept) < len(rows):

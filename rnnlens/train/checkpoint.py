@@ -65,28 +65,15 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def load_checkpoint(path: str | Path, device: str = "cpu"):
-    """-> (model in eval mode, Config, Vocab, meta dict). Errors are RnnlensError.
-
-    Nothing is unpickled: config.json and vocab.json are parsed as JSON, the weights read
-    with safetensors, whose header is checked before any tensor is read. Every problem
-    names the file: a missing, empty, truncated or corrupt file, a config of another
-    version, a vocabulary whose size is not the model's, and files swapped in from
-    another model (weights whose shapes are not those the config builds).
-    """
-    from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_model
-
-    from ..models import RNNModel
-
-    path = Path(path)
+def _read_config(path: Path) -> tuple[dict, Config, int]:
+    """(meta, Config, vocab size) from the folder's config.json, every field checked."""
     if not path.is_dir():
         what = "is a file, not a folder" if path.exists() else "does not exist"
         raise RnnlensError(f"model directory {path} {what}")
     missing = [f for f in FILES[:3] if not (path / f).is_file()]
     if missing:
         raise RnnlensError(f"{path} is not an rnnlens model directory: missing {', '.join(missing)}")
-    config_path, vocab_path, weights_path = (path / f for f in FILES[:3])
+    config_path = path / FILES[0]
     try:
         meta = json.loads(config_path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
@@ -115,6 +102,10 @@ def load_checkpoint(path: str | Path, device: str = "cpu"):
     notes = meta.get("notes")
     meta.update(task=task, labels=labels, tokenizer=tok,
                 notes=[str(n) for n in notes] if isinstance(notes, list) else [])
+    return meta, cfg, vocab_size
+
+
+def _read_vocab(vocab_path: Path, config_path: Path, vocab_size: int) -> Vocab:
     try:
         vocab = Vocab.load(vocab_path)
     except RnnlensError as e:
@@ -123,13 +114,24 @@ def load_checkpoint(path: str | Path, device: str = "cpu"):
     if len(vocab) != vocab_size:
         raise RnnlensError(f"{vocab_path} has {len(vocab)} tokens but {config_path.name} says the model has "
                            f"{vocab_size}: are the files from different models?")
+    return vocab
+
+
+def _build_model(cfg: Config, meta: dict, vocab_size: int, config_path: Path, weights_path: Path):
+    """The model config.json describes, with the weights loaded: the safetensors header is read
+    and its shapes compared with the model's before any tensor is."""
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_model
+
+    from ..models import RNNModel
+
     try:
         with safe_open(str(weights_path), framework="pt") as f:  # reads the header: is the file whole?
             shapes = {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise RnnlensError(f"{weights_path} is corrupt: {e}") from None
     try:
-        model = RNNModel(cfg.model, vocab_size, task, labels, sentence_level=cfg.data.sentence_level)
+        model = RNNModel(cfg.model, vocab_size, meta["task"], meta["labels"], sentence_level=cfg.data.sentence_level)
     except RnnlensError as e:
         raise RnnlensError(f"{config_path}: {e}") from None
     except (RuntimeError, ValueError, TypeError, MemoryError) as e:
@@ -147,17 +149,39 @@ def load_checkpoint(path: str | Path, device: str = "cpu"):
         lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
         detail = lines[1] if len(lines) > 1 and lines[0].startswith("Error(s) in loading") else lines[0]
         raise RnnlensError(f"{weights_path} does not match {config_path.name}: {detail}") from None
-    model.to(device).eval()
+    return model
+
+
+def _check_hashes(meta: dict, config_path: Path, files: tuple[Path, ...]) -> None:
     # Every file parsed and fits the config; a hash that differs now means a file of another
-    # model of the same shape (or an edited one), which nothing above can see.
+    # model of the same shape (or an edited one), which nothing else can see.
     sums = meta.get("sha256")            # absent in checkpoints written before it was added
-    if sums is not None:
-        if not isinstance(sums, dict):
-            raise RnnlensError(f"{config_path}: 'sha256' must map file names to hashes")
-        for target in (vocab_path, weights_path):
-            if target.name in sums and file_sha256(target) != sums[target.name]:
-                raise RnnlensError(f"{target} does not belong to this model: its sha256 differs from the one "
-                                   f"{config_path.name} recorded (a file of another model, or an edited one)")
+    if sums is None:
+        return
+    if not isinstance(sums, dict):
+        raise RnnlensError(f"{config_path}: 'sha256' must map file names to hashes")
+    for target in files:
+        if target.name in sums and file_sha256(target) != sums[target.name]:
+            raise RnnlensError(f"{target} does not belong to this model: its sha256 differs from the one "
+                               f"{config_path.name} recorded (a file of another model, or an edited one)")
+
+
+def load_checkpoint(path: str | Path, device: str = "cpu"):
+    """-> (model in eval mode, Config, Vocab, meta dict). Errors are RnnlensError.
+
+    Nothing is unpickled: config.json and vocab.json are parsed as JSON, the weights read
+    with safetensors, whose header is checked before any tensor is read. Every problem
+    names the file: a missing, empty, truncated or corrupt file, a config of another
+    version, a vocabulary whose size is not the model's, and files swapped in from
+    another model (weights whose shapes are not those the config builds).
+    """
+    path = Path(path)
+    meta, cfg, vocab_size = _read_config(path)
+    config_path, vocab_path, weights_path = (path / f for f in FILES[:3])
+    vocab = _read_vocab(vocab_path, config_path, vocab_size)
+    model = _build_model(cfg, meta, vocab_size, config_path, weights_path)
+    model.to(device).eval()
+    _check_hashes(meta, config_path, (vocab_path, weights_path))
     return model, cfg, vocab, meta
 
 

@@ -271,6 +271,25 @@ class Trainer:
         import itertools
         return itertools.islice(iter(batches), skip, None)
 
+    def _backward(self, loss, batch, grad_share, check_grad: bool) -> str | None:
+        """Backpropagate the batch's finite loss (clipping the gradient if asked); returns what
+        went wrong (a non-finite gradient norm) or None."""
+        d = self.dist
+        objective = loss
+        if self.cfg.loss_average == "sentence":   # sum over each sentence's tokens / sentences
+            objective = loss * (batch.mask.sum() / len(batch))
+        if d is not None:             # DDP averages over ranks: the sum of the shares
+            objective = objective * (grad_share * d.world)
+        objective.backward()
+        if d is not None and not self._used_checked:
+            d.check_used(self._net)
+            self._used_checked = True
+        if check_grad:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip or math.inf)
+            if not torch.isfinite(norm):
+                return f"gradient norm became {norm.item()}"
+        return None
+
     def _train_epoch(self, epoch: int, batches) -> dict[str, float]:
         from tqdm.auto import tqdm
 
@@ -310,23 +329,10 @@ class Trainer:
                     out, loss = self._net(batch)
             # the batch's loss: under data parallelism the shares' sum, the same on every rank
             value = loss.item() if d is None else d.all_sum([loss.item() * share if share else 0.0])[0]
-            fault = None
             if not math.isfinite(value):
                 fault = f"loss became {value}"
             else:
-                objective = loss
-                if self.cfg.loss_average == "sentence":   # sum over each sentence's tokens / sentences
-                    objective = loss * (batch.mask.sum() / len(batch))
-                if d is not None:             # DDP averages over ranks: the sum of the shares
-                    objective = objective * (grad_share * d.world)
-                objective.backward()
-                if d is not None and not self._used_checked:
-                    d.check_used(self._net)
-                    self._used_checked = True
-                if check_grad:
-                    norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip or math.inf)
-                    if not torch.isfinite(norm):
-                        fault = f"gradient norm became {norm.item()}"
+                fault = self._backward(loss, batch, grad_share if d is not None else None, check_grad)
             if fault is not None:
                 self._fault(fault, epoch)     # raises, or skips this batch
                 self.optimizer.zero_grad(set_to_none=True)

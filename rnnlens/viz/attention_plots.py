@@ -1,6 +1,7 @@
 """Figures of a recurrent memory network's attention (recurrent-memory paper, Figures 3, 4
-and 6), drawn from the results of analysis/attention.py (or their JSON form). matplotlib
-is imported lazily with the Agg backend, as in viz/plots.py. Each function writes one PNG.
+and 6), drawn from the results of analysis/attention.py and analysis/attention_report.py
+(or their JSON form). matplotlib is imported lazily with the Agg backend, as in
+viz/plots.py. Each function writes one PNG.
 
 Memory slots are drawn oldest on the left and the current word on the right, as the
 paper's Figure 3 ("rightmost positions represent most recent history"); a bidirectional
