@@ -94,7 +94,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rnnlens: error: {one_line}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
-            print("rnnlens: interrupted", file=sys.stderr)
+            out = getattr(args, "resume", None) or getattr(args, "out", None)
+            hint = (f"; continue from the last checkpoint with: rnnlens train --resume {out}"
+                    if args.command == "train" and out else "")
+            print(f"rnnlens: interrupted{hint}", file=sys.stderr)
             return 130
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT):

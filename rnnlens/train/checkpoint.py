@@ -43,6 +43,9 @@ def save_checkpoint(path: str | Path, model: torch.nn.Module, cfg: Config, vocab
         code = re.search(r"os error (\d+)", str(e))
         code = int(code.group(1)) if code else errno.EIO
         raise OSError(code, os.strerror(code), str(path / "model.safetensors")) from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path / "model.safetensors", 0o666 & ~umask)     # safetensors writes it 0600
     meta = {"format": FORMAT, "task": task, "labels": labels, "vocab_size": len(vocab), "notes": notes or [],
             "tokenizer": Tokenizer(lowercase=cfg.data.lowercase).to_dict(), "config": cfg.to_dict(),
             # the folder the config's relative data paths were relative to (app.run.Run reads
@@ -245,6 +248,9 @@ def output_dir(path: str | Path, force: bool = False):
         try:
             _remove_orphans(parent, prefix)
             tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o777 & ~umask)          # mkdtemp's 0700 would outlive the rename
         except OSError as e:
             raise RnnlensError(f"cannot create output folder {path}: {e.strerror}") from None
         try:

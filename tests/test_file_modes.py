@@ -1,0 +1,52 @@
+"""What rnnlens writes is readable by the group and others (the umask decides, as for any
+program): a model folder is not left 0700 by its temporary folder, nor a file 0600 by its
+temporary file; and an interrupted `train` says how to resume."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from rnnlens.cli import main
+
+TINY = ["--epochs", "1", "--hidden-size", "4", "--embedding-dim", "4", "--quiet"]
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_a_model_folder_and_its_files_follow_the_umask(tmp_path, umask_022):
+    out = tmp_path / "m"
+    assert main(["train", "--out", str(out), *TINY]) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    for f in out.iterdir():
+        if f.is_file():
+            assert stat.S_IMODE(f.stat().st_mode) == 0o644, f.name
+    rep = tmp_path / "rep"
+    assert main(["report", "--model", str(out), "--out", str(rep), "--quiet", "--samples", "0",
+                 "--faithfulness-sentences", "0", "--no-negation"]) == 0
+    assert stat.S_IMODE(rep.stat().st_mode) == 0o755
+    assert stat.S_IMODE((rep / "report.html").stat().st_mode) == 0o644
+
+
+def test_repro_tables_follow_the_umask(tmp_path, umask_022):
+    out = tmp_path / "r"
+    assert main(["repro", "urn-dyck", "--rows", "majority", "--tiny", "--out", str(out), "--quiet"]) == 0
+    assert stat.S_IMODE((out / "urn-dyck.md").stat().st_mode) == 0o644
+
+
+def test_an_interrupted_train_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    import rnnlens.cli.train as T
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(T, "_train", interrupt)
+    out = tmp_path / "m"
+    assert main(["train", "--out", str(out), *TINY]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == f"rnnlens: interrupted; continue from the last checkpoint with: rnnlens train --resume {out}"
