@@ -10,8 +10,8 @@ from pathlib import Path
 from ..argtypes import SEED, SIZE
 from ..errors import RnnlensError
 from . import default_configs_dir, get_table, load_tables
-from .records import default_results_dir
 from .pipelines import run_table
+from .records import default_results_dir
 from .run import BUDGETS, Context, missing_data
 
 
