@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -11,7 +9,7 @@ from ..argtypes import SEED, SIZE
 from ..errors import RnnlensError
 from . import default_configs_dir, get_table, load_tables
 from .pipelines import run_table
-from .records import default_results_dir
+from .records import default_results_dir, write_atomic
 from .run import BUDGETS, Context, missing_data
 
 
@@ -50,20 +48,6 @@ def list_text(data_dir: Path | None) -> str:
                  for b in BUDGETS]
         out.append(f"    time on a 2-core CPU (1 thread per run): {', '.join(spent)}")
     return "\n".join(out)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)              # mkstemp's 0600 would outlive the rename
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def cmd_repro(args) -> int:
@@ -115,9 +99,9 @@ def cmd_repro(args) -> int:
         for t in tables:
             results_ = run_table(ctx, t, selected)
             md = markdown(t, results_, ctx)
-            _write_atomic(out / f"{t.id}.json", to_json(t, results_, ctx))
-            _write_atomic(out / f"{t.id}.html", to_html(t, results_, ctx))
-            _write_atomic(out / f"{t.id}.md", md)
+            write_atomic(out / f"{t.id}.json", to_json(t, results_, ctx))
+            write_atomic(out / f"{t.id}.html", to_html(t, results_, ctx))
+            write_atomic(out / f"{t.id}.md", md)
             if results is not None:
                 _record_table(results, t, results_rows(results, t, json.loads(to_json(t, results_, ctx))), ctx)
             print(md)
@@ -175,7 +159,7 @@ def _render(args) -> int:
                            "is not a folder)")
     text = render(results)
     if args.out:
-        _write_atomic(Path(args.out), text)
+        write_atomic(Path(args.out), text)
         print(f"wrote {args.out}")
     else:
         print(text, end="")

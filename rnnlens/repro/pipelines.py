@@ -96,8 +96,7 @@ def agreement_row(ctx: Context, table: Table, row: Row) -> RowResult:
         from ..analysis.agreement import agreement_lm_eval
 
         trained = _load(run)
-        model, cfg, vocab, meta = trained.model, trained.config, trained.vocab, trained.meta
-        r = agreement_lm_eval(model, vocab, Path(ctx.data_dir) / row.extra["testset"])
+        r = agreement_lm_eval(trained.model, trained.vocab, Path(ctx.data_dir) / row.extra["testset"])
         out = {"all": float(r["accuracy"])}
         out.update({k: float(v["accuracy"]) for k, v in sorted(r["by_attractors"].items(), key=lambda kv: int(kv[0]))
                     if v.get("n") and int(k) >= 0})
@@ -159,8 +158,13 @@ def _last_pair(table: Table) -> str | None:
 def negation_row(ctx: Context, table: Table, row: Row) -> RowResult:
     """Implicit-ngrams Figure 2: adjectives extracted from the training split, the median
     n-gram (or context) score of X and "not X" per polarity; check: "not" reverses both."""
-    from ..analysis.negation import (extract_adjectives, load_lexicon, negation_study, sentiment_sides,
-                                     summarize_study)
+    from ..analysis.negation import (
+        extract_adjectives,
+        load_lexicon,
+        negation_study,
+        sentiment_sides,
+        summarize_study,
+    )
 
     if row.config is None:
         return RowResult(row, status="no config", note=row.note)
@@ -207,8 +211,8 @@ def negation_row(ctx: Context, table: Table, row: Row) -> RowResult:
 def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
     """Sequence-level Table 1: `rnnlens demo --cell CELL` per seed (reused from DIR/runs),
     the mean score of the row's polarity group and form; checks: the flip counts (GRU)."""
-    from ..demo import run_demo
     from ..config import Config
+    from ..demo import run_demo
 
     cell = row.extra.get("model", "GRU").lower()
     res = RowResult(row)

@@ -89,13 +89,16 @@ def environment() -> dict:
             "python": platform.python_version(), "machine": machine()}
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """path holds text, all of it or (on any failure) its old content; mode as the umask says."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.chmod(tmp, 0o644)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)              # mkstemp's 0600 would outlive the rename
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -132,7 +135,7 @@ def write_run(results: Path, run_dir: Path, *, config_file: str, cfg: dict, seed
         shutil.copyfile(metrics, tmp)
         os.chmod(tmp, 0o644)
         os.replace(tmp, folder / "metrics.jsonl")
-    _write_atomic(folder / "record.json", json.dumps(rec, indent=1) + "\n")
+    write_atomic(folder / "record.json", json.dumps(rec, indent=1) + "\n")
     return folder
 
 
@@ -152,7 +155,7 @@ def read_run(results: Path | None, name: str) -> dict | None:
 
 def write_table(results: Path, table_id: str, record: dict) -> Path:
     path = results / TABLES / f"{table_id}.json"
-    _write_atomic(path, json.dumps(record, indent=1) + "\n")
+    write_atomic(path, json.dumps(record, indent=1) + "\n")
     return path
 
 

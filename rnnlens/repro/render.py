@@ -12,7 +12,7 @@ from . import Table
 from .run import Context, RowResult, mean_std, tolerance_for, within
 
 
-def _fmt(v, digits: int = 2) -> str:
+def format_value(v, digits: int = 2) -> str:
     if v is None:
         return "--"
     if isinstance(v, float):
@@ -66,14 +66,14 @@ def _check_lines(base: dict, r: RowResult) -> list[dict]:
              "diff": None, "ok": ok, "ours_text": ours} for text, ours, ok in r.checks]
 
 
-def _ours(line) -> str:
+def format_ours(line) -> str:
     if line.get("ours_text") is not None:
         return line["ours_text"]
     if line["status"] != "ok":
         return line["status"]
-    s = _fmt(line["mean"], line["digits"])
+    s = format_value(line["mean"], line["digits"])
     if line["std"] is not None:
-        s += f" ± {_fmt(line['std'], line['digits'])}"
+        s += f" ± {format_value(line['std'], line['digits'])}"
     return s + (f" (n={line['n']})" if line["n"] > 1 else "")
 
 
@@ -103,8 +103,8 @@ COLUMNS = ["row", "dataset", "paper", "ours", "ours - paper", "within tolerance"
 
 
 def _cells(line) -> list[str]:
-    return [line["label"], line["dataset"], _fmt(line["paper"], line["digits"]), _ours(line),
-            _fmt(line["diff"], line["digits"]), _ok(line), line["budget"], line["data"], line["note"]]
+    return [line["label"], line["dataset"], format_value(line["paper"], line["digits"]), format_ours(line),
+            format_value(line["diff"], line["digits"]), _ok(line), line["budget"], line["data"], line["note"]]
 
 
 def markdown(table: Table, results: list[RowResult], ctx: Context) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import Row, Table, load_tables
 from .records import RUNS, read_run, read_tables
-from .render import lines_of
+from .render import format_ours, format_value, lines_of
 from .run import ABOVE, RowResult
 
 PAPERS = {
@@ -94,25 +94,6 @@ def _tolerance_text(table: Table) -> str:
     return text or "none set"
 
 
-def _fmt(v, digits):
-    if v is None:
-        return "--"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}" if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
-    return str(v)
-
-
-def _ours(line) -> str:
-    if line.get("ours_text") is not None:
-        return line["ours_text"]
-    if line["status"] != "ok":
-        return line["status"]
-    s = _fmt(line["mean"], line["digits"])
-    if line["std"] is not None:
-        s += f" ± {_fmt(line['std'], line['digits'])}"
-    return s + (f" (n={line['n']})" if line["n"] > 1 else "")
-
-
 def table_markdown(table: Table, rec: dict, results_dir: Path) -> tuple[str, list[str]]:
     """(the table's section, the verdict of each of its result rows)."""
     results = table_results(table, rec)
@@ -143,8 +124,8 @@ def table_markdown(table: Table, rec: dict, results_dir: Path) -> tuple[str, lis
             budget = f"{bname}: {budget}" if bname and budget else (budget or bname)
             runs = ", ".join(f"`{n}`" if read_run(results_dir, n) is not None else f"`{n}` (no record)"
                              for n in res.runs)
-        cells = [line["label"], line["dataset"], _fmt(line["paper"], line["digits"]), _ours(line),
-                 _fmt(line["diff"], line["digits"]), VERDICT[v], budget, line["data"], runs, line["note"]]
+        cells = [line["label"], line["dataset"], format_value(line["paper"], line["digits"]), format_ours(line),
+                 format_value(line["diff"], line["digits"]), VERDICT[v], budget, line["data"], runs, line["note"]]
         out.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
     for what, ours, ok in ordering_checks(table, results):
         v = "reproduced" if ok and all(budget_of.get(x) == "full" for x in what.split(" < ")) else \

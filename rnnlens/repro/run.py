@@ -146,8 +146,8 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     init_from: a run folder whose weights it starts from (train.init_from); the run is
     reused only while that folder holds the same weights it started from. Every run used
     is recorded under ctx.results."""
-    from ..train.checkpoint import output_dir
     from ..config import Config
+    from ..train.checkpoint import output_dir
     from ..train.resume import MAY_CHANGE, config_differences
     from ..train.run import train_run
 
