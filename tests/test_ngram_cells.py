@@ -209,6 +209,7 @@ def test_lstm_view_terms_equal_their_reference_with_gradients(used, block, monke
     from rnnlens.cells import lstm_terms
     from rnnlens.cells.lstm_terms import lstm_view_terms, lstm_view_terms_ref
     monkeypatch.setattr(lstm_terms, "LEAN_POSITIONS", 1)     # the hand-derived backward at any size
+    monkeypatch.setattr(lstm_terms, "native", lambda z: False)   # the PyTorch one, not the C++ pass
     if block:
         monkeypatch.setattr(lstm_terms, "_TERMS_BLOCK_ROWS", block)
     z = (torch.randn(3, 5, 4 * H, dtype=torch.float64) * 2).requires_grad_(True)

@@ -23,6 +23,7 @@ from ..errors import RnnlensError
 from ..ops.linear import linear
 from ..ops.precision import autocast_dtype, full_precision, no_autocast
 from .base import Cell, LinearView, StructuredView, hold_at_pads
+from .gru_terms import gru_view_terms
 from .lstm_terms import lstm_view_terms
 
 
@@ -256,14 +257,8 @@ class GRU(_Classic):
           A = diag(a_r) W_hr + diag(a_z) W_hz + diag(a_n) W_hn + diag(z0)
           a_n = (1 - z0)(1 - n0^2) r0,  a_r = (1 - z0)(1 - n0^2) b_hn r0 (1 - r0),
           a_z = -n0 z0 (1 - z0)."""
-        xr, xz, xn = full_precision(self._project(x)).chunk(3, -1)
-        b_hr, b_hz, b_hn = self.bias_hh.chunk(3)
-        r0 = torch.sigmoid(xr + b_hr)
-        z0 = torch.sigmoid(xz + b_hz)
-        n0 = torch.tanh(xn + r0 * b_hn)
-        g = (1 - z0) * n0
-        dn = (1 - z0) * (1 - n0 * n0)
-        coef = torch.cat([dn * b_hn * r0 * (1 - r0), -n0 * z0 * (1 - z0), dn * r0], -1)
+        P = full_precision(self._project(x))
+        g, coef, z0 = gru_view_terms(P, self.bias_hh.to(P.dtype))      # cells/gru_terms.py
         return StructuredView(g, mask, self.weight_hh, coef, diag=z0)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from .gru_terms import native
+
 
 def lstm_view_terms_ref(z: torch.Tensor):
     """The LSTM view's terms from its pre-activations z = [z_i, z_f, z_g, z_o] [..., 4H], as
@@ -108,13 +110,34 @@ def _lstm_terms_backward(act, dz, dg, df, dai, dag, dao, dk):
     torch.mul(dgg, one_g2, out=dzg)
 
 
+class _LSTMViewTermsNative(torch.autograd.Function):
+    """lstm_view_terms_ref in one fused C++ pass each way (rnnlens/ops/csrc/view_terms.cpp),
+    keeping only z for the backward."""
+
+    @staticmethod
+    def forward(ctx, z):
+        ctx.save_for_backward(z)
+        return tuple(torch.ops.rnnlens_view_terms.lstm_forward(z))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        (z,) = ctx.saved_tensors
+        empty = z.new_empty(0)
+        return torch.ops.rnnlens_view_terms.lstm_backward(z, *(empty if d is None else d for d in grads))
+
+
 def lstm_view_terms(z: torch.Tensor):
     """(g_view [..., 2H], f, a_i, a_g, a_o, k) of the LSTM's first-order view from its
     pre-activations z [..., 4H] (see lstm_view_terms_ref, which it equals, values and
-    gradients). Under autograd, inputs of at least LEAN_POSITIONS positions go through the
-    hand-derived backward that keeps only the gate activations (memory: 4 [..., H] tensors
-    instead of about 11); shorter ones through autograd's graph, which is faster (4.0 against
-    6.1 ms forward + backward at 32 x 35 x 1024 here)."""
+    gradients). On the CPU in float32/float64 with the C++ kernels compiled, one fused pass
+    each way (`_LSTMViewTermsNative`, keeping only z). Otherwise, under autograd, inputs of at
+    least LEAN_POSITIONS positions go through the hand-derived backward that keeps only the
+    gate activations (memory: 4 [..., H] tensors instead of about 11); shorter ones through
+    autograd's graph, which is faster (4.0 against 6.1 ms forward + backward at 32 x 35 x 1024
+    here)."""
+    if native(z):
+        return _LSTMViewTermsNative.apply(z)
     if torch.is_grad_enabled() and z.requires_grad and z.numel() // max(z.shape[-1], 1) >= LEAN_POSITIONS:
         return _LSTMViewTerms.apply(z)
     return lstm_view_terms_ref(z)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from .linear import mm, mm_t
+from . import cpp
+from .linear import mm, mm_t, onednn_applies
 from .precision import full_precision, no_autocast, no_autocast_backward
 
 
@@ -79,6 +80,33 @@ def _reverse_scan(dstates: torch.Tensor, mask, s0: torch.Tensor, back):
     return d_in, (delta if delta is not None else torch.zeros_like(s0))
 
 
+# Inputs of fewer positions (B*T) than this keep every step's product U_t = W s_{t-1} from
+# the C++ forward for the backward's coefficient gradients (a [B,T,K*H] tensor, 3.4 MB at
+# batch 32 x length 35 x 3*256); longer ones form them again there, one product per block.
+KEEP_PRODUCT_POSITIONS = 32768
+
+
+def _native(t: torch.Tensor) -> bool:
+    """Whether the C++ loops over time (csrc/affine_scan.cpp) take this input: a CPU float32 or
+    float64 tensor and a compiled library (RNNLENS_CPP=0 turns them off; rnnlens.ops.cpp)."""
+    return t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and cpp.enabled() \
+        and cpp.load("affine_scan")
+
+
+def _mask_arg(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """The mask as the kernels read it: bool, contiguous; an empty tensor for "no mask"."""
+    return like.new_empty(0, dtype=torch.bool) if mask is None else mask.to(torch.bool).contiguous()
+
+
+def _keep_products(B: int, T: int) -> bool:
+    return B * T < KEEP_PRODUCT_POSITIONS
+
+
+def _none(like: torch.Tensor) -> torch.Tensor:
+    """The empty tensor the kernels read as "not given"."""
+    return like.new_empty(0)
+
+
 # The backward forms the coefficient and W gradients over blocks of this many rows of the
 # flattened [B*T] positions: one product per block, and no [B,T,K*H] temporary beyond a block
 # (at batch 32 x length 4096 x hidden 256 a full [B,T,3H] float32 temporary is 400 MB).
@@ -108,6 +136,13 @@ class _StructuredScan(torch.autograd.Function):
     def forward(ctx, g, W, coef, diag, s0, mask):
         B, T, H = g.shape
         K = W.shape[0] // H
+        U = None
+        if _native(g):
+            states, U = torch.ops.rnnlens_affine_scan.structured_forward(
+                g, W, coef, diag, s0, _mask_arg(mask, g), _keep_products(B, T), onednn_applies(g, W))
+            ctx.save_for_backward(W, coef, diag, s0, states, U)
+            ctx.mask = mask
+            return states
         Wt = W.t()
         states = g.new_empty(B, T, H)
         s = s0
@@ -120,24 +155,32 @@ class _StructuredScan(torch.autograd.Function):
                 if mask is not None:
                     torch.where(mask[:, t, None], new, s, out=new)
                 s = new
-        ctx.save_for_backward(W, coef, diag, s0, states)
+        ctx.save_for_backward(W, coef, diag, s0, states, U)
         ctx.mask = mask
         return states
 
     @staticmethod
     @no_autocast_backward
     def backward(ctx, dstates):
-        W, coef, diag, s0, states = ctx.saved_tensors
+        W, coef, diag, s0, states, kept = ctx.saved_tensors
         mask = ctx.mask
         B, T, H = states.shape
         K = W.shape[0] // H
         coef3 = coef.view(B, T, K, H)
 
-        def back(t, din):
-            d = mm((coef3[:, t] * din[:, None, :]).reshape(B, K * H), W)
-            return d.addcmul_(diag[:, t], din)
+        if _native(dstates):
+            d_in, delta = torch.ops.rnnlens_affine_scan.structured_backward(
+                dstates.contiguous(), W, coef, diag, _mask_arg(mask, dstates), onednn_applies(dstates, W))
+        else:
+            def back(t, din):
+                d = mm((coef3[:, t] * din[:, None, :]).reshape(B, K * H), W)
+                return d.addcmul_(diag[:, t], din)
 
-        d_in, delta = _reverse_scan(dstates, mask, s0, back)
+            d_in, delta = _reverse_scan(dstates, mask, s0, back)
+        if kept is not None and kept.numel():
+            # the kept products: every batched gradient in one C++ pass, then dW in one product
+            dcoef, ddiag, G, prev = torch.ops.rnnlens_affine_scan.structured_grads(d_in, states, s0, kept, coef)
+            return d_in, mm_t(G.view(B * T, K * H), prev.view(B * T, H)), dcoef, ddiag, delta, None
         prev = torch.cat([s0[:, None], states[:, :-1]], 1)              # s_{t-1}
         ddiag = d_in * prev
         dcoef = torch.empty_like(coef)
@@ -146,6 +189,7 @@ class _StructuredScan(torch.autograd.Function):
             n = sl.stop - sl.start
             p = prev[:, sl].reshape(B * n, H)
             d = d_in[:, sl, None, :]
+            # the step products U_t = W s_{t-1}: kept by the C++ forward for short inputs, else formed again
             U = mm(p, W.t()).view(B, n, K, H)
             torch.mul(U, d, out=dcoef[:, sl].view(B, n, K, H))
             dW += mm_t(torch.mul(coef3[:, sl], d, out=U).view(B * n, K * H), p)   # U's buffer reused
@@ -181,6 +225,14 @@ class _LSTMBlockScan(torch.autograd.Function):
     def forward(ctx, g, W, f, a_i, a_g, a_o, k, a_f, s0, mask):
         B, T, S = g.shape
         H = S // 2
+        U = None
+        if _native(g):
+            states, U = torch.ops.rnnlens_affine_scan.lstm_forward(
+                g, W, f, a_i, a_g, a_o, k, _none(g) if a_f is None else a_f, s0, _mask_arg(mask, g),
+                _keep_products(B, T), onednn_applies(g, W))
+            ctx.save_for_backward(W, f, a_i, a_g, a_o, k, a_f, s0, states, U)
+            ctx.mask = mask
+            return states
         Wt = W.t()
         K = W.shape[0] // H                   # 4, or 3 when the W_hf block is dropped (a_f None)
         states = g.new_empty(B, T, S)
@@ -201,14 +253,14 @@ class _LSTMBlockScan(torch.autograd.Function):
                     new = torch.where(mask[:, t, None], new, s)
                 states[:, t] = new
                 s = new
-        ctx.save_for_backward(W, f, a_i, a_g, a_o, k, a_f, s0, states)
+        ctx.save_for_backward(W, f, a_i, a_g, a_o, k, a_f, s0, states, U)
         ctx.mask = mask
         return states
 
     @staticmethod
     @no_autocast_backward
     def backward(ctx, dstates):
-        W, f, a_i, a_g, a_o, k, a_f, s0, states = ctx.saved_tensors
+        W, f, a_i, a_g, a_o, k, a_f, s0, states, kept = ctx.saved_tensors
         mask = ctx.mask
         B, T, S = states.shape
         H = S // 2
@@ -224,7 +276,18 @@ class _LSTMBlockScan(torch.autograd.Function):
             du = dc + k[:, t] * dh
             return torch.cat([du * f[:, t], mm(gate_grads(du, dh, (slice(None), t)), W)], -1)
 
-        d_in, delta = _reverse_scan(dstates, mask, s0, back)
+        if _native(dstates):
+            d_in, delta = torch.ops.rnnlens_affine_scan.lstm_backward(
+                dstates.contiguous(), W, f, a_i, a_g, a_o, k, _none(f) if a_f is None else a_f,
+                _mask_arg(mask, dstates), onednn_applies(dstates, W))
+        else:
+            d_in, delta = _reverse_scan(dstates, mask, s0, back)
+        if kept is not None and kept.numel():
+            # the kept products: every batched gradient in one C++ pass, then dW in one product
+            df, dai, dag, dao, dk, daf, G, h_prev = torch.ops.rnnlens_affine_scan.lstm_grads(
+                d_in, states, s0, kept, f, a_i, a_g, a_o, k, _none(f) if a_f is None else a_f)
+            dW = mm_t(G.view(B * T, K * H), h_prev.view(B * T, H))
+            return d_in, dW, df, dai, dag, dao, dk, (daf if a_f is not None else None), delta, None
         outs = {name: torch.empty_like(f) for name in ("f", "a_i", "a_g", "a_o", "k")}
         if a_f is not None:
             outs["a_f"] = torch.empty_like(f)

@@ -1,0 +1,59 @@
+"""The terms of the GRU's first-order view (cells/classic.py, GRU.linear_view) from its input
+projection: `gru_view_terms_ref` as the equations read, and `gru_view_terms`, equal to it in
+values and gradients, which on the CPU runs the fused C++ pass of rnnlens/ops/csrc/view_terms.cpp
+(forward and a hand-derived backward that keeps only the projection).
+"""
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from ..ops import cpp
+
+
+def gru_view_terms_ref(P: torch.Tensor, b_hh: torch.Tensor):
+    """(g [..., H], coef [..., 3H], diag [..., H]) of the GRU view from P = [x_r, x_z, x_n]
+    (x_* = W_i* x + b_i*) [..., 3H] and b_hh = [b_hr, b_hz, b_hn] [3H], as the equations read
+    (implicit-ngrams Table 2 with biases):
+        r0 = s(x_r + b_hr), z0 = s(x_z + b_hz), n0 = tanh(x_n + r0 b_hn),  g = (1 - z0) n0,
+        coef = [a_r, a_z, a_n] = [(1 - z0)(1 - n0^2) b_hn r0 (1 - r0), -n0 z0 (1 - z0),
+                                  (1 - z0)(1 - n0^2) r0],  diag = z0."""
+    xr, xz, xn = P.chunk(3, -1)
+    b_hr, b_hz, b_hn = b_hh.chunk(3)
+    r0 = torch.sigmoid(xr + b_hr)
+    z0 = torch.sigmoid(xz + b_hz)
+    n0 = torch.tanh(xn + r0 * b_hn)
+    g = (1 - z0) * n0
+    dn = (1 - z0) * (1 - n0 * n0)
+    coef = torch.cat([dn * b_hn * r0 * (1 - r0), -n0 * z0 * (1 - z0), dn * r0], -1)
+    return g, coef, z0
+
+
+def native(t: torch.Tensor) -> bool:
+    """Whether the C++ view terms take this input (CPU float32/float64, library compiled)."""
+    return t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and t.numel() > 0 \
+        and cpp.enabled() and cpp.load("view_terms")
+
+
+class _GRUViewTerms(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, P, b_hh):
+        g, coef, diag = torch.ops.rnnlens_view_terms.gru_forward(P, b_hh)
+        ctx.save_for_backward(P, b_hh)
+        return g, coef, diag
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dg, dcoef, ddiag):
+        P, b_hh = ctx.saved_tensors
+        empty = P.new_empty(0)
+        dP, db = torch.ops.rnnlens_view_terms.gru_backward(
+            P, b_hh, *(empty if d is None else d for d in (dg, dcoef, ddiag)))
+        return dP, db
+
+
+def gru_view_terms(P: torch.Tensor, b_hh: torch.Tensor):
+    """gru_view_terms_ref, through the fused C++ pass where it runs (else the reference)."""
+    if native(P) and b_hh.dtype == P.dtype:
+        return _GRUViewTerms.apply(P, b_hh)
+    return gru_view_terms_ref(P, b_hh)

@@ -1,0 +1,463 @@
+// The matrix-affine recurrences' loops over time (rnnlens/ops/affine.py) in C++ on the CPU:
+// every step's product through oneDNN (the same call as rnnlens.ops.linear.mm) into a reused
+// buffer, and the step's elementwise work in one fused pass, forward and backward. The
+// batched gradients of W and of the coefficients stay in Python (a few large products).
+// rnnlens/ops/affine.py holds the contract and the PyTorch loops these replace, which the
+// tests compare with this path.
+//
+// Structured (StructuredView):  s_t = sum_k coef_k * (W_k s_{t-1}) + diag * s_{t-1} + g
+// LSTM block (LSTMView) on s = [c; h], U = W h_{t-1} split (i, [f,] g, o):
+//     u = f * c + a_i * u_i + [a_f * u_f +] a_g * u_g,   c_t = u + g_c,
+//     h_t = k * u + a_o * u_o + g_h
+// A pad (mask false) keeps the state; its gradient passes straight to the step before.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+// x[M,K] @ w[N,K]^T through oneDNN where the caller says it applies (float32), else at::mm.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, bool onednn) {
+  if (onednn && x.scalar_type() == at::kFloat) {
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
+                         .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                           std::string_view, c10::List<std::optional<at::Scalar>>,
+                                           std::optional<std::string_view>)>();
+    return op.call(x, w, std::nullopt, "none", c10::List<std::optional<at::Scalar>>(), std::nullopt);
+  }
+  return at::mm(x, w.t());
+}
+
+// rows [b0, b1) in parallel when the step's work is large enough to pay for the threads
+template <typename F>
+void rows(int64_t B, int64_t per_row, const F& f) {
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(per_row, 1));
+  at::parallel_for(0, B, grain, f);
+}
+
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+void structured_fwd_impl(const at::Tensor& g, const at::Tensor& W, const at::Tensor& coef, const at::Tensor& diag,
+                         const at::Tensor& s0, const at::Tensor& mask, at::Tensor& S, at::Tensor& U, bool onednn) {
+  const int64_t B = g.size(0), Tn = g.size(1), H = g.size(2), KH = W.size(0), K = KH / H;
+  at::Tensor s = s0.contiguous().clone();
+  T* sp = s.data_ptr<T>();
+  const T* gp = g.data_ptr<T>();
+  const T* cp = coef.data_ptr<T>();
+  const T* dp = diag.data_ptr<T>();
+  const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  T* Sp = S.data_ptr<T>();
+  T* Up = U.numel() ? U.data_ptr<T>() : nullptr;
+  for (int64_t t = 0; t < Tn; ++t) {
+    at::Tensor u = linear(s, W, onednn);
+    const T* up = u.data_ptr<T>();
+    rows(B, KH, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t bt = b * Tn + t;
+        T* __restrict__ st = sp + b * H;
+        T* __restrict__ out = Sp + bt * H;
+        const T* __restrict__ ub = up + b * KH;
+        if (Up) std::copy(ub, ub + KH, Up + bt * KH);
+        if (mp && !mp[bt]) {
+          std::copy(st, st + H, out);
+          continue;
+        }
+        const T* __restrict__ gt = gp + bt * H;
+        const T* __restrict__ dt = dp + bt * H;
+        const T* __restrict__ ct = cp + bt * KH;
+        for (int64_t j = 0; j < H; ++j) out[j] = gt[j] + dt[j] * st[j];
+        for (int64_t k = 0; k < K; ++k) {
+          const T* __restrict__ uk = ub + k * H;
+          const T* __restrict__ ck = ct + k * H;
+          for (int64_t j = 0; j < H; ++j) out[j] += uk[j] * ck[j];
+        }
+        std::copy(out, out + H, st);
+      }
+    });
+  }
+}
+
+std::vector<at::Tensor> structured_forward(const at::Tensor& g, const at::Tensor& W, const at::Tensor& coef,
+                                           const at::Tensor& diag, const at::Tensor& s0, const at::Tensor& mask,
+                                           bool keep_u, bool onednn) {
+  const int64_t B = g.size(0), Tn = g.size(1), H = g.size(2), KH = W.size(0);
+  at::Tensor S = at::empty({B, Tn, H}, g.options());
+  at::Tensor U = keep_u ? at::empty({B, Tn, KH}, g.options()) : at::empty({0}, g.options());
+  AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "structured_forward", [&] {
+    structured_fwd_impl<scalar_t>(g.contiguous(), W.contiguous(), coef.contiguous(), diag.contiguous(), s0, mask, S,
+                                  U, onednn);
+  });
+  return {S, U};
+}
+
+// The reverse loop: d_in[:, t] = dL/d(new state_t) (zero at pads), delta = dL/ds_0.
+template <typename T>
+void structured_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const at::Tensor& coef, const at::Tensor& diag,
+                         const at::Tensor& mask, at::Tensor& d_in, at::Tensor& delta, bool onednn) {
+  const int64_t B = dS.size(0), Tn = dS.size(1), H = dS.size(2), KH = Wt.size(1), K = KH / H;
+  // dL/ds_{t-1} = d + pre: d the step's product (tmp W), pre the rest, added where next read
+  at::Tensor tmp = at::empty({B, KH}, dS.options());
+  at::Tensor pre = at::zeros({B, H}, dS.options());
+  at::Tensor d = at::zeros({B, H}, dS.options());
+  T* tp = tmp.data_ptr<T>();
+  T* pp = pre.data_ptr<T>();
+  const T* dSp = dS.data_ptr<T>();
+  const T* cp = coef.data_ptr<T>();
+  const T* dp = diag.data_ptr<T>();
+  const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  T* dinp = d_in.data_ptr<T>();
+  for (int64_t t = Tn - 1; t >= 0; --t) {
+    const T* dd = d.data_ptr<T>();
+    rows(B, KH, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t bt = b * Tn + t;
+        const T* __restrict__ ds = dSp + bt * H;
+        const T* __restrict__ db = dd + b * H;
+        T* __restrict__ din = dinp + bt * H;
+        T* __restrict__ pr = pp + b * H;
+        T* __restrict__ tb = tp + b * KH;
+        if (mp && !mp[bt]) {                       // a pad: everything passes straight on
+          for (int64_t j = 0; j < H; ++j) { pr[j] += ds[j] + db[j]; din[j] = T(0); }
+          std::fill(tb, tb + KH, T(0));
+          continue;
+        }
+        const T* __restrict__ dt = dp + bt * H;
+        for (int64_t j = 0; j < H; ++j) {
+          din[j] = ds[j] + db[j] + pr[j];
+          pr[j] = dt[j] * din[j];
+        }
+        const T* __restrict__ ct = cp + bt * KH;
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t j = 0; j < H; ++j) tb[k * H + j] = ct[k * H + j] * din[j];
+      }
+    });
+    d = linear(tmp, Wt, onednn);                    // tmp[B,KH] @ W[KH,H]
+  }
+  at::add_out(delta, d, pre);
+}
+
+std::vector<at::Tensor> structured_backward(const at::Tensor& dS, const at::Tensor& W, const at::Tensor& coef,
+                                            const at::Tensor& diag, const at::Tensor& mask, bool onednn) {
+  const int64_t B = dS.size(0), H = dS.size(2);
+  at::Tensor d_in = at::empty_like(dS, at::MemoryFormat::Contiguous);
+  at::Tensor delta = at::zeros({B, H}, dS.options());
+  at::Tensor Wt = W.t().contiguous();
+  AT_DISPATCH_FLOATING_TYPES(dS.scalar_type(), "structured_backward", [&] {
+    structured_bwd_impl<scalar_t>(dS.contiguous(), Wt, coef.contiguous(), diag.contiguous(), mask, d_in, delta,
+                                  onednn);
+  });
+  return {d_in, delta};
+}
+
+// ---------------------------------------------------------------------------------------------
+// LSTM block. gates: f, a_i, a_g, a_o, k [B,T,H] and a_f [B,T,H] or empty; W [K*H,H] rows
+// (i, [f,] g, o), K = 3 without a_f, 4 with it.
+template <typename T>
+struct Gates {
+  const T *f, *ai, *ag, *ao, *k, *af;
+};
+
+template <typename T>
+Gates<T> gate_ptrs(const std::vector<at::Tensor>& gs) {
+  auto p = [](const at::Tensor& t) -> const T* { return t.numel() ? t.data_ptr<T>() : nullptr; };
+  return {p(gs[0]), p(gs[1]), p(gs[2]), p(gs[3]), p(gs[4]), p(gs[5])};
+}
+
+template <typename T>
+void lstm_fwd_impl(const at::Tensor& g, const at::Tensor& W, const std::vector<at::Tensor>& gs, const at::Tensor& s0,
+                   const at::Tensor& mask, at::Tensor& S, at::Tensor& U, bool onednn) {
+  const int64_t B = g.size(0), Tn = g.size(1), H = g.size(2) / 2, KH = W.size(0), K = KH / H;
+  // copies: the loop writes the running state in place, and s0 is the caller's
+  at::Tensor c = s0.narrow(1, 0, H).clone(at::MemoryFormat::Contiguous);
+  at::Tensor h = s0.narrow(1, H, H).clone(at::MemoryFormat::Contiguous);
+  T* cp = c.data_ptr<T>();
+  T* hp = h.data_ptr<T>();
+  const Gates<T> G = gate_ptrs<T>(gs);
+  const T* gp = g.data_ptr<T>();
+  const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  T* Sp = S.data_ptr<T>();
+  T* Up = U.numel() ? U.data_ptr<T>() : nullptr;
+  const int64_t oi = 0, of = H, og = (K - 2) * H, oo = (K - 1) * H;
+  for (int64_t t = 0; t < Tn; ++t) {
+    at::Tensor uk = linear(h, W, onednn);
+    const T* up = uk.data_ptr<T>();
+    rows(B, KH, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t bt = b * Tn + t;
+        T* __restrict__ cb = cp + b * H;
+        T* __restrict__ hb = hp + b * H;
+        T* __restrict__ out = Sp + bt * 2 * H;
+        const T* __restrict__ ub = up + b * KH;
+        if (Up) std::copy(ub, ub + KH, Up + bt * KH);
+        if (mp && !mp[bt]) {
+          std::copy(cb, cb + H, out);
+          std::copy(hb, hb + H, out + H);
+          continue;
+        }
+        const int64_t o = bt * H;
+        const T* __restrict__ gc = gp + bt * 2 * H;
+        const T* __restrict__ f = G.f + o;
+        const T* __restrict__ ai = G.ai + o;
+        const T* __restrict__ ag = G.ag + o;
+        const T* __restrict__ ao = G.ao + o;
+        const T* __restrict__ kk = G.k + o;
+        const T* __restrict__ ui = ub + oi;            // out[:H] holds u first, then c_t = u + g_c
+        const T* __restrict__ ug = ub + og;
+        const T* __restrict__ uo = ub + oo;
+        for (int64_t j = 0; j < H; ++j) out[j] = f[j] * cb[j] + ai[j] * ui[j] + ag[j] * ug[j];
+        if (G.af) {
+          const T* __restrict__ af = G.af + o;
+          const T* __restrict__ uf = ub + of;
+          for (int64_t j = 0; j < H; ++j) out[j] += af[j] * uf[j];
+        }
+        for (int64_t j = 0; j < H; ++j) {
+          out[H + j] = gc[H + j] + kk[j] * out[j] + ao[j] * uo[j];
+          out[j] += gc[j];
+        }
+        std::copy(out, out + H, cb);
+        std::copy(out + H, out + 2 * H, hb);
+      }
+    });
+  }
+}
+
+std::vector<at::Tensor> lstm_forward(const at::Tensor& g, const at::Tensor& W, const at::Tensor& f,
+                                     const at::Tensor& a_i, const at::Tensor& a_g, const at::Tensor& a_o,
+                                     const at::Tensor& k, const at::Tensor& a_f, const at::Tensor& s0,
+                                     const at::Tensor& mask, bool keep_u, bool onednn) {
+  const int64_t B = g.size(0), Tn = g.size(1), S2 = g.size(2), KH = W.size(0);
+  at::Tensor S = at::empty({B, Tn, S2}, g.options());
+  at::Tensor U = keep_u ? at::empty({B, Tn, KH}, g.options()) : at::empty({0}, g.options());
+  std::vector<at::Tensor> gs = {f.contiguous(), a_i.contiguous(), a_g.contiguous(), a_o.contiguous(),
+                                k.contiguous(), a_f.contiguous()};
+  AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "lstm_forward", [&] {
+    lstm_fwd_impl<scalar_t>(g.contiguous(), W.contiguous(), gs, s0, mask, S, U, onednn);
+  });
+  return {S, U};
+}
+
+template <typename T>
+void lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const std::vector<at::Tensor>& gs,
+                   const at::Tensor& mask, at::Tensor& d_in, at::Tensor& delta, bool onednn) {
+  const int64_t B = dS.size(0), Tn = dS.size(1), H = dS.size(2) / 2, KH = Wt.size(1), K = KH / H;
+  at::Tensor tmp = at::empty({B, KH}, dS.options());
+  // dL/d(c, h)_{t-1}: the c half in delta, the h half = d + pre_h (d the step's product tmp W),
+  // added where it is next read
+  at::Tensor pre_h = at::zeros({B, H}, dS.options());
+  at::Tensor d = at::zeros({B, H}, dS.options());
+  T* tp = tmp.data_ptr<T>();
+  T* php = pre_h.data_ptr<T>();
+  T* delp = delta.data_ptr<T>();
+  const Gates<T> G = gate_ptrs<T>(gs);
+  const T* dSp = dS.data_ptr<T>();
+  const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  T* dinp = d_in.data_ptr<T>();
+  const int64_t oi = 0, of = H, og = (K - 2) * H, oo = (K - 1) * H;
+  for (int64_t t = Tn - 1; t >= 0; --t) {
+    const T* dd = d.data_ptr<T>();
+    rows(B, KH, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t bt = b * Tn + t;
+        const T* __restrict__ ds = dSp + bt * 2 * H;
+        T* __restrict__ del = delp + b * 2 * H;
+        const T* __restrict__ db = dd + b * H;
+        T* __restrict__ din = dinp + bt * 2 * H;
+        T* __restrict__ ph = php + b * H;
+        T* __restrict__ tb = tp + b * KH;
+        if (mp && !mp[bt]) {
+          for (int64_t j = 0; j < H; ++j) {
+            del[j] += ds[j];
+            ph[j] += db[j] + ds[H + j];
+          }
+          std::fill(din, din + 2 * H, T(0));
+          std::fill(tb, tb + KH, T(0));
+          continue;
+        }
+        const int64_t o = bt * H;
+        const T* __restrict__ kk = G.k + o;
+        const T* __restrict__ ai = G.ai + o;
+        const T* __restrict__ ag = G.ag + o;
+        const T* __restrict__ ao = G.ao + o;
+        const T* __restrict__ ff = G.f + o;
+        T* __restrict__ ti = tb + oi;
+        T* __restrict__ tg = tb + og;
+        T* __restrict__ to = tb + oo;
+        for (int64_t j = 0; j < H; ++j) {
+          const T dc = ds[j] + del[j], dh = ds[H + j] + db[j] + ph[j];
+          din[j] = dc;
+          din[H + j] = dh;
+          const T du = dc + kk[j] * dh;
+          ti[j] = du * ai[j];
+          tg[j] = du * ag[j];
+          to[j] = dh * ao[j];
+          del[j] = du * ff[j];
+          ph[j] = T(0);
+        }
+        if (G.af) {
+          const T* __restrict__ af = G.af + o;
+          T* __restrict__ tf = tb + of;
+          for (int64_t j = 0; j < H; ++j) tf[j] = (din[j] + kk[j] * din[H + j]) * af[j];
+        }
+      }
+    });
+    d = linear(tmp, Wt, onednn);                    // [B,KH] @ W[KH,H]
+  }
+  delta.narrow(1, H, H).copy_(d).add_(pre_h);
+}
+
+std::vector<at::Tensor> lstm_backward(const at::Tensor& dS, const at::Tensor& W, const at::Tensor& f,
+                                      const at::Tensor& a_i, const at::Tensor& a_g, const at::Tensor& a_o,
+                                      const at::Tensor& k, const at::Tensor& a_f, const at::Tensor& mask,
+                                      bool onednn) {
+  const int64_t B = dS.size(0), S2 = dS.size(2);
+  at::Tensor d_in = at::empty_like(dS, at::MemoryFormat::Contiguous);
+  at::Tensor delta = at::zeros({B, S2}, dS.options());
+  at::Tensor Wt = W.t().contiguous();
+  std::vector<at::Tensor> gs = {f.contiguous(), a_i.contiguous(), a_g.contiguous(), a_o.contiguous(),
+                                k.contiguous(), a_f.contiguous()};
+  AT_DISPATCH_FLOATING_TYPES(dS.scalar_type(), "lstm_backward", [&] {
+    lstm_bwd_impl<scalar_t>(dS.contiguous(), Wt, gs, mask, d_in, delta, onednn);
+  });
+  return {d_in, delta};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The batched gradients after the reverse loop, one pass over the positions: with prev the
+// state before each step (s0, then states[:, :-1]) and U the kept step products,
+//   structured: dcoef = U * d_in (each of the K blocks), ddiag = d_in * prev,
+//               G = coef * d_in (dW = G^T prev, a product the caller forms)
+//   LSTM:       du = dc + k dh, u = f c_prev + a_i u_i + [a_f u_f +] a_g u_g;
+//               df = du c_prev, da_i = du u_i, [da_f = du u_f,] da_g = du u_g, da_o = dh u_o,
+//               dk = dh u, G = [du a_i, [du a_f,] du a_g, dh a_o] (dW = G^T h_prev)
+// prev (structured) or h_prev (LSTM) is returned contiguous for that product.
+template <typename T>
+void structured_grads_impl(const T* din, const T* S, const T* s0, const T* U, const T* coef, T* dcoef, T* ddiag,
+                           T* G, T* prev, int64_t B, int64_t Tn, int64_t H, int64_t K) {
+  at::parallel_for(0, B * Tn, 16, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t b = p / Tn, t = p % Tn;
+      const T* __restrict__ sp = t ? S + (p - 1) * H : s0 + b * H;
+      const T* __restrict__ d = din + p * H;
+      T* __restrict__ pv = prev + p * H;
+      T* __restrict__ dd = ddiag + p * H;
+      for (int64_t j = 0; j < H; ++j) { pv[j] = sp[j]; dd[j] = d[j] * sp[j]; }
+      for (int64_t k = 0; k < K; ++k) {
+        const T* __restrict__ u = U + (p * K + k) * H;
+        const T* __restrict__ c = coef + (p * K + k) * H;
+        T* __restrict__ dc = dcoef + (p * K + k) * H;
+        T* __restrict__ g = G + (p * K + k) * H;
+        for (int64_t j = 0; j < H; ++j) { dc[j] = u[j] * d[j]; g[j] = c[j] * d[j]; }
+      }
+    }
+  });
+}
+
+std::vector<at::Tensor> structured_grads(const at::Tensor& d_in, const at::Tensor& S, const at::Tensor& s0,
+                                         const at::Tensor& U, const at::Tensor& coef) {
+  const int64_t B = S.size(0), Tn = S.size(1), H = S.size(2), K = U.size(2) / H;
+  at::Tensor dcoef = at::empty_like(U), ddiag = at::empty_like(S), G = at::empty_like(U), prev = at::empty_like(S);
+  const at::Tensor din = d_in.contiguous(), Sc = S.contiguous(), s0c = s0.contiguous(), Uc = U.contiguous(),
+                   cc = coef.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(S.scalar_type(), "structured_grads", [&] {
+    structured_grads_impl<scalar_t>(din.data_ptr<scalar_t>(), Sc.data_ptr<scalar_t>(), s0c.data_ptr<scalar_t>(),
+                                    Uc.data_ptr<scalar_t>(), cc.data_ptr<scalar_t>(), dcoef.data_ptr<scalar_t>(),
+                                    ddiag.data_ptr<scalar_t>(), G.data_ptr<scalar_t>(), prev.data_ptr<scalar_t>(), B,
+                                    Tn, H, K);
+  });
+  return {dcoef, ddiag, G, prev};
+}
+
+template <typename T>
+void lstm_grads_impl(const T* din, const T* S, const T* s0, const T* U, const Gates<T>& Gt, T* const* outs, T* G,
+                     T* hprev, int64_t B, int64_t Tn, int64_t H, int64_t K) {
+  const int64_t KH = K * H, oi = 0, of = H, og = (K - 2) * H, oo = (K - 1) * H;
+  at::parallel_for(0, B * Tn, 16, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t b = p / Tn, t = p % Tn, o = p * H;
+      const T* __restrict__ sp = t ? S + (p - 1) * 2 * H : s0 + b * 2 * H;
+      const T* __restrict__ cp = sp;
+      const T* __restrict__ hp = sp + H;
+      const T* __restrict__ dc = din + p * 2 * H;
+      const T* __restrict__ dh = dc + H;
+      const T* __restrict__ u = U + p * KH;
+      const T *__restrict__ f = Gt.f + o, *__restrict__ ai = Gt.ai + o, *__restrict__ ag = Gt.ag + o,
+                            *__restrict__ ao = Gt.ao + o, *__restrict__ kk = Gt.k + o;
+      T *__restrict__ df = outs[0] + o, *__restrict__ dai = outs[1] + o, *__restrict__ dag = outs[2] + o,
+                     *__restrict__ dao = outs[3] + o, *__restrict__ dk = outs[4] + o;
+      T* __restrict__ g = G + p * KH;
+      T* __restrict__ hv = hprev + o;
+      for (int64_t j = 0; j < H; ++j) {
+        const T du = dc[j] + kk[j] * dh[j];
+        T uu = f[j] * cp[j] + ai[j] * u[oi + j] + ag[j] * u[og + j];
+        if (Gt.af) uu += Gt.af[o + j] * u[of + j];
+        hv[j] = hp[j];
+        df[j] = du * cp[j];
+        dai[j] = du * u[oi + j];
+        dag[j] = du * u[og + j];
+        dao[j] = dh[j] * u[oo + j];
+        dk[j] = dh[j] * uu;
+        g[oi + j] = du * ai[j];
+        g[og + j] = du * ag[j];
+        g[oo + j] = dh[j] * ao[j];
+        if (Gt.af) {
+          outs[5][o + j] = du * u[of + j];
+          g[of + j] = du * Gt.af[o + j];
+        }
+      }
+    }
+  });
+}
+
+std::vector<at::Tensor> lstm_grads(const at::Tensor& d_in, const at::Tensor& S, const at::Tensor& s0,
+                                   const at::Tensor& U, const at::Tensor& f, const at::Tensor& a_i,
+                                   const at::Tensor& a_g, const at::Tensor& a_o, const at::Tensor& k,
+                                   const at::Tensor& a_f) {
+  const int64_t B = S.size(0), Tn = S.size(1), H = S.size(2) / 2, K = U.size(2) / H;
+  std::vector<at::Tensor> gs = {f.contiguous(), a_i.contiguous(), a_g.contiguous(), a_o.contiguous(),
+                                k.contiguous(), a_f.contiguous()};
+  std::vector<at::Tensor> outs;
+  for (int q = 0; q < 5; ++q) outs.push_back(at::empty({B, Tn, H}, S.options()));
+  outs.push_back(a_f.numel() ? at::empty({B, Tn, H}, S.options()) : at::empty({0}, S.options()));
+  at::Tensor G = at::empty_like(U), hprev = at::empty({B, Tn, H}, S.options());
+  const at::Tensor din = d_in.contiguous(), Sc = S.contiguous(), s0c = s0.contiguous(), Uc = U.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(S.scalar_type(), "lstm_grads", [&] {
+    std::vector<scalar_t*> ptrs;
+    for (auto& t : outs) ptrs.push_back(t.numel() ? t.data_ptr<scalar_t>() : nullptr);
+    lstm_grads_impl<scalar_t>(din.data_ptr<scalar_t>(), Sc.data_ptr<scalar_t>(), s0c.data_ptr<scalar_t>(),
+                              Uc.data_ptr<scalar_t>(), gate_ptrs<scalar_t>(gs), ptrs.data(), G.data_ptr<scalar_t>(),
+                              hprev.data_ptr<scalar_t>(), B, Tn, H, K);
+  });
+  outs.push_back(G);
+  outs.push_back(hprev);
+  return outs;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(rnnlens_affine_scan, m) {
+  m.def("structured_forward(Tensor g, Tensor W, Tensor coef, Tensor diag, Tensor s0, Tensor mask, bool keep_u, "
+        "bool onednn) -> Tensor[]");
+  m.def("structured_backward(Tensor dS, Tensor W, Tensor coef, Tensor diag, Tensor mask, bool onednn) -> Tensor[]");
+  m.def("lstm_forward(Tensor g, Tensor W, Tensor f, Tensor a_i, Tensor a_g, Tensor a_o, Tensor k, Tensor a_f, "
+        "Tensor s0, Tensor mask, bool keep_u, bool onednn) -> Tensor[]");
+  m.def("lstm_backward(Tensor dS, Tensor W, Tensor f, Tensor a_i, Tensor a_g, Tensor a_o, Tensor k, Tensor a_f, "
+        "Tensor mask, bool onednn) -> Tensor[]");
+  m.def("structured_grads(Tensor d_in, Tensor S, Tensor s0, Tensor U, Tensor coef) -> Tensor[]");
+  m.def("lstm_grads(Tensor d_in, Tensor S, Tensor s0, Tensor U, Tensor f, Tensor a_i, Tensor a_g, Tensor a_o, "
+        "Tensor k, Tensor a_f) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(rnnlens_affine_scan, CPU, m) {
+  m.impl("structured_forward", &structured_forward);
+  m.impl("structured_backward", &structured_backward);
+  m.impl("lstm_forward", &lstm_forward);
+  m.impl("lstm_backward", &lstm_backward);
+  m.impl("structured_grads", &structured_grads);
+  m.impl("lstm_grads", &lstm_grads);
+}

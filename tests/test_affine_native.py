@@ -1,0 +1,169 @@
+"""The C++ paths of the matrix-affine cells against their PyTorch references: the loops over time
+(ops/csrc/affine_scan.cpp, behind ops.affine's structured and LSTM-block scans) and the fused
+view terms of the GRU and the LSTM (ops/csrc/view_terms.cpp, behind cells/gru_terms.py and
+cells/lstm_terms.py). Values and every gradient in float64, with left, right and middle pads,
+all-pad rows and non-zero start states; float32 within its rounding; every registered cell
+whose forward goes through these scans, with the C++ loops on and off."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from rnnlens.cells import CELLS
+from rnnlens.cells import gru_terms, lstm_terms
+from rnnlens.cells.gru_terms import gru_view_terms, gru_view_terms_ref
+from rnnlens.cells.lstm_terms import lstm_view_terms, lstm_view_terms_ref
+from rnnlens.cells.ngram import AffineCell
+from rnnlens.ops import affine, cpp
+
+pytestmark = pytest.mark.skipif(shutil.which("c++") is None or not cpp.load("affine_scan")
+                                or not cpp.load("view_terms"), reason="no C++ compiler to build the kernels")
+
+AFFINE = sorted(n for n, make in CELLS.items() if isinstance(make(3, 4), AffineCell))
+
+
+def _mask(B, T, kind):
+    if kind is None:
+        return None
+    m = torch.ones(B, T, dtype=torch.bool)
+    m[0, -2:] = False                       # right pads
+    m[1, :2] = False                        # left pads
+    if B > 2:
+        m[2, 2] = False                     # a pad in the middle
+    if B > 3 and kind == "all-pad":
+        m[3] = False                        # a row of pads only
+    return m
+
+
+def _grads(cell, x, mask, s0, native, monkeypatch):
+    monkeypatch.setattr(affine, "_native", (lambda t: affine.cpp.load("affine_scan")) if native else (lambda t: False))
+    cell.zero_grad()
+    x = x.detach().requires_grad_(True)
+    s = s0.detach().requires_grad_(True)
+    out, final = cell(x, mask, s)
+    w = torch.randn_like(out, generator=torch.Generator().manual_seed(1))
+    ((out * w).sum() + final.sum()).backward()
+    return [out, final, x.grad, s.grad] + [p.grad.clone() for p in cell.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("name", AFFINE)
+@pytest.mark.parametrize("masked", [None, "pads", "all-pad"])
+def test_native_loops_equal_the_python_loops(name, masked, monkeypatch):
+    """Every registered affine cell: outputs, final state and every gradient (inputs, start
+    state, parameters) with the C++ loops equal those with the Python loops, float64."""
+    torch.manual_seed(0)
+    cell = CELLS[name](5, 4).double()          # hidden 4: MM wants a square
+    B, T = 4, 7
+    x = torch.randn(B, T, 5, dtype=torch.float64)
+    s0 = torch.randn(B, cell.state_size, dtype=torch.float64) * 0.3
+    mask = _mask(B, T, masked)
+    a = _grads(cell, x, mask, s0, True, monkeypatch)
+    b = _grads(cell, x, mask, s0, False, monkeypatch)
+    assert len(a) == len(b)
+    for u, v in zip(a, b):
+        assert (u - v).abs().max().item() < 1e-10
+
+
+@pytest.mark.parametrize("name", ["mvma-g", "mvma-l", "gru-approx", "lstm-variant"])
+@pytest.mark.parametrize("keep", [True, False])
+def test_kept_and_recomputed_products_agree(name, keep, monkeypatch):
+    """The backward's coefficient gradients from the products the forward kept, or formed
+    again (long inputs), are the same; and both equal the step reference's gradients."""
+    monkeypatch.setattr(affine, "KEEP_PRODUCT_POSITIONS", 10 ** 9 if keep else 0)
+    torch.manual_seed(1)
+    cell = CELLS[name](5, 6).double()
+    x = torch.randn(3, 6, 5, dtype=torch.float64, requires_grad=True)
+    mask = _mask(3, 6, "pads")
+    out, _ = cell(x, mask)
+    ref, _ = cell.step_loop(x, mask)
+    assert (out - ref).abs().max().item() < 1e-10
+    g1 = torch.autograd.grad(out.sum(), [x, *cell.parameters()], allow_unused=True)
+    g2 = torch.autograd.grad(ref.sum(), [x, *cell.parameters()], allow_unused=True)
+    for u, v in zip(g1, g2):
+        if u is None or v is None:
+            assert u is None or v is None or v.abs().max() == 0 or u.abs().max() == 0
+            continue
+        assert (u - v).abs().max().item() < 1e-9
+
+
+@pytest.mark.parametrize("name", ["mvma-g", "mvma-l", "lstm-approx"])
+def test_float32_close_to_float64(name):
+    torch.manual_seed(2)
+    cell = CELLS[name](16, 32)
+    x = torch.randn(8, 40, 16)
+    out32, _ = cell(x)
+    out64, _ = cell.double()(x.double())
+    assert (out32.double() - out64).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("used", ["all", "some"])
+def test_gru_view_terms_native_equal_the_equations(used):
+    torch.manual_seed(3)
+    P = (torch.randn(3, 5, 3 * 7, dtype=torch.float64) * 2).requires_grad_(True)
+    b = torch.randn(3 * 7, dtype=torch.float64, requires_grad=True)
+    fast, ref = gru_view_terms(P, b), gru_view_terms_ref(P, b)
+    assert type(fast[0].grad_fn).__name__ == "_GRUViewTermsBackward"
+    for u, v in zip(fast, ref):
+        assert (u - v).abs().max().item() < 1e-14
+    ws = [torch.randn_like(t) for t in ref]
+    keep = range(3) if used == "all" else (1,)
+    loss = lambda outs: sum((outs[j] * ws[j]).sum() for j in keep)   # noqa: E731
+    g1 = torch.autograd.grad(loss(fast), (P, b))
+    g2 = torch.autograd.grad(loss(ref), (P, b))
+    for u, v in zip(g1, g2):
+        assert (u - v).abs().max().item() < 1e-12
+    assert torch.autograd.gradcheck(gru_view_terms, (P[:1, :2].detach().requires_grad_(True),
+                                                     b.detach().requires_grad_(True)))
+
+
+@pytest.mark.parametrize("used", ["all", "some"])
+def test_lstm_view_terms_native_equal_the_equations(used):
+    torch.manual_seed(4)
+    z = (torch.randn(3, 5, 4 * 7, dtype=torch.float64) * 2).requires_grad_(True)
+    fast, ref = lstm_view_terms(z), lstm_view_terms_ref(z)
+    assert type(fast[0].grad_fn).__name__ == "_LSTMViewTermsNativeBackward"
+    for u, v in zip(fast, ref):
+        assert (u - v).abs().max().item() < 1e-14
+    ws = [torch.randn_like(t) for t in ref]
+    keep = range(6) if used == "all" else (0, 3, 5)
+    loss = lambda outs: sum((outs[j] * ws[j]).sum() for j in keep)   # noqa: E731
+    (g1,) = torch.autograd.grad(loss(fast), z)
+    (g2,) = torch.autograd.grad(loss(ref), z)
+    assert (g1 - g2).abs().max().item() < 1e-12
+
+
+def test_float32_activations_within_rounding():
+    """The float32 kernels' tanh and sigmoid (vectorised approximations) stay within a few
+    float32 ulp of the float64 functions over the whole range, saturation included."""
+    v = torch.cat([torch.linspace(-100, 100, 200_001), torch.randn(1000) * 1e-3,
+                   torch.tensor([0.0, 1e-30, -1e-8, 5e-4, -4e-4, -88.0, 89.0])])
+    z = torch.stack([torch.full_like(v, 40.0), v, v, v], -1)[None]        # i = 1, f = o = s(v), g = tanh(v)
+    g_view, f, *_ = lstm_view_terms(z)
+    tanh = torch.tanh(v.double())
+    sig = torch.sigmoid(v.double())
+    assert (g_view[0, :, 0].double() - tanh).abs().max().item() < 5e-7
+    assert ((f[0, :, 0].double() - sig).abs() / sig.clamp_min(1e-30))[sig > 1e-30].max().item() < 5e-7
+    P = torch.stack([v, v, v], -1)[None]
+    g, coef, diag = gru_view_terms(P, torch.zeros(3))
+    assert torch.isfinite(g).all() and torch.isfinite(coef).all()
+    assert ((diag[0, :, 0].double() - sig).abs() / sig.clamp_min(1e-30))[sig > 1e-30].max().item() < 5e-7
+
+
+def test_switch_off_takes_the_references(monkeypatch):
+    monkeypatch.setattr(gru_terms, "native", lambda t: False)
+    monkeypatch.setattr(lstm_terms, "native", lambda t: False)
+    P = torch.randn(2, 3, 12, requires_grad=True)
+    assert type(gru_view_terms(P, torch.zeros(12))[0].grad_fn).__name__ != "_GRUViewTermsBackward"
+    z = torch.randn(2, 3, 16, requires_grad=True)
+    assert "Native" not in type(lstm_view_terms(z)[0].grad_fn).__name__
+
+
+def test_empty_batch_and_no_grad():
+    cell = CELLS["mvma-g"](5, 6)
+    out, final = cell(torch.randn(0, 4, 5))
+    assert out.shape == (0, 4, 6) and final.shape == (0, 6)
+    with torch.no_grad():
+        out, _ = CELLS["mvma-l"](5, 6)(torch.randn(2, 3, 5))
+    assert out.shape == (2, 3, 6)
