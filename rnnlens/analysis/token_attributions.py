@@ -213,8 +213,28 @@ def random_tokens(model, batch: Batch, target=None, output=None, seed: int = 0, 
     return a.to(batch.tokens.device) * batch.mask.to(torch.float64)
 
 
+def gradient_x_input(model, batch: Batch, target=None, output=None, **_) -> torch.Tensor:
+    """[B,T] gradient x input on the embedding, summed over E: sum_e x_{t,e} df/dx_{t,e}
+    (captum LayerGradientXActivation on the embedding layer). For a model linear in its
+    embeddings this is each token's own term of f."""
+    from captum.attr import LayerGradientXActivation
+
+    _, kind, t = prepare(model, batch, target, output)
+
+    def fwd(tokens, mask, lengths):
+        return _flat(_call(model, tokens, mask, lengths))
+
+    gxi = LayerGradientXActivation(fwd, _embedding(model))
+    with _eval(model), torch.enable_grad():
+        a = gxi.attribute(batch.tokens, target=t if kind == "softmax" else None,
+                          additional_forward_args=(batch.mask, batch.lengths))
+    a = a.detach().sum(-1)
+    return _signed(a, kind, t) * batch.mask.to(a.dtype)
+
+
 METHODS: dict[str, Callable] = {"ngram": ngram_tokens, "ngram-shared": ngram_shared,
-                                "ig": integrated_gradients, "occlusion": occlusion, "random": random_tokens}
+                                "ig": integrated_gradients, "occlusion": occlusion, "random": random_tokens,
+                                "grad-input": gradient_x_input}
 
 
 # --- deleting tokens ------------------------------------------------------------------------------
