@@ -66,7 +66,7 @@ from ..encoder import RNNEncoder
 from ..errors import RnnlensError
 from ..heads.classify import ClassificationHead
 from .attribution import _eval, _find_rnn
-from .token_attributions import _embedding, _signed, is_native, prepare
+from .token_attributions import METHODS, _embedding, _signed, is_native, prepare
 
 TERMS = ("rel*bias", "bias*rel", "rel*irrel", "irrel*rel")
 PRESETS = {"murdoch": ("rel*bias", "bias*rel"), "gcd": ("rel*bias", "bias*rel", "irrel*rel")}
@@ -488,3 +488,6 @@ def cd_tokens(model, batch: Batch, target=None, output=None, rules: CDRules | No
     a = cd.token_scores(batch.tokens, target=t if kind == "softmax" else None,
                         mask=batch.mask if is_native(model) else None)
     return _signed(a, kind, t.to(a.device)) * batch.mask.to(a)
+
+
+METHODS.setdefault("cd", cd_tokens)

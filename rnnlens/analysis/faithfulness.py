@@ -3,8 +3,9 @@
     res = faithfulness(model, examples, vocab)          # RNNModel, its Examples, its Vocab
     print(format_table(res))
 
-The methods (METHODS: ngram, ngram-shared, ig, occlusion, random, grad-input, and any added
-there) and how each scores the tokens are described in rnnlens.analysis.token_attributions.
+The methods (METHODS: ngram, ngram-shared, ig, occlusion, random, grad-input, exact,
+exact-ngram, and cd from rnnlens.analysis.contextual) and how each scores the tokens are
+described in rnnlens.analysis.token_attributions.
 By default every method the model can run is compared; one that cannot (the n-gram methods
 on a cell without an n-gram view) is left out with a note. The per-sentence metrics are
 computed in rnnlens.analysis.faithfulness_metrics.
@@ -81,6 +82,7 @@ from torch import nn
 
 from ..data.batching import Batch, Example
 from ..errors import RnnlensError
+from . import contextual  # noqa: F401  (registers the "cd" method)
 from .faithfulness_metrics import ERASER_BINS, DeletionCurves, deletion_curves, eraser, token_infidelity
 from .token_attributions import (
     METHODS, _embedding, is_native, leave_one_out, length_groups, make_batch, model_device, ngram_attributions,
