@@ -72,7 +72,8 @@ def test_additive_model_ngram_is_optimal():
         c = torch.stack([model.unigram(r) for r in batch.tokens])
         return c * target[:, None] * batch.mask
 
-    res = faithfulness(model, rows, methods={**METHODS, "oracle": oracle}, max_k=10, seed=0)
+    runnable = {k: v for k, v in METHODS.items() if k != "cd"}   # CD takes LSTMs and GRUs, this is an nn.RNN
+    res = faithfulness(model, rows, methods={**runnable, "oracle": oracle}, max_k=10, seed=0)
     s = res.methods
     print(format_table(res))
     assert res.sentences == len(rows) and res.output == "sigmoid"
@@ -279,8 +280,8 @@ def test_methods_shape_and_pads(labels, task):
     attr, _ = ngram_attributions(model, b)
     assert abs(res.remainder_ratio - float(attr.remainder.abs().mean() / attr.output.abs().mean())) < 1e-6
     d = json.loads(json.dumps(res.to_dict()))
-    default = inspect.signature(faithfulness).parameters["methods"].default
-    assert set(d["methods"]) == set(default) <= set(METHODS) and d["curve_n"] == [3, 2, 1]
+    assert inspect.signature(faithfulness).parameters["methods"].default is None   # every method that runs
+    assert set(d["methods"]) == set(METHODS) and d["curve_n"] == [3, 2, 1]
     table = format_table(res).splitlines()
     for name, m in d["methods"].items():
         assert len(m["curve"]) == 3 and m["spearman_n"] <= 2
