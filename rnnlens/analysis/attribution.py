@@ -14,11 +14,27 @@ read through the gradient of the target output with respect to that layer's stat
     offset    = f - sum_t w_t . h_t    (the bias, plus whatever the layers above are
                                         not linear in; zero-free for a linear head)
     remainder = sum_t w_t . (h_t - sum_i v_{i:t})   (the first-order error of the first
-                                        layer's view; zero for exact cells such as MVMA)
+                                        layer's view; zero for exact cells such as MVMA,
+                                        and for every cell in the exact view)
 
 For a linear head on the final state, w is the head's row at the last position and zero
 elsewhere, so the contributions are the paper's scores s_{i:T} = w^T v_{i:T} of the
 n-grams ending at the last token; with mean pooling every position has w/T.
+
+Two views of the first layer (`view=`):
+
+- "first-order" (the default; the implicit-ngrams paper's view): each step linearised at
+  the zero state, A(x_t) the Jacobian at s = 0 and g(x_t) = f(x_t, 0). A and g depend on
+  the token alone, so an n-gram's vector v_{i:t} is the same wherever the n-gram occurs
+  and can be read on its own. For Elman, GRU and LSTM cells the view is approximate and
+  the remainder says by how much; cells that are affine recurrences (MVMA, the rational
+  and unitary cells, ...) have no remainder.
+- "exact": each step linearised at the true previous state (rnnlens.cells.local),
+  A_t = d s_t / d s_{t-1} there and g_t = s_t - A_t s_{t-1}. The n-grams add up to the
+  states exactly, so the remainder is 0 for every cell. But A_t and g_t are taken along
+  this sentence's trajectory: an n-gram's vector depends on its context (what came before
+  it and what follows up to t), and the same n-gram in another sentence has another
+  vector. For cells that are affine recurrences the two views are the same.
 
 `tokens[b, i]` gives each n-gram's contribution to the token it starts at: v_{i:t} is what
 remains of that token's input term g(x_i) after the tokens up to t act on it, so the token
@@ -31,7 +47,11 @@ model uses c_n, the gradient reaches the c half of the state, and the n-grams ca
 path too (it is not left in the offset). A cell whose output is a nonlinear function of
 the state its view explains (the rational cells' h = tanh(o * c)) is read through its
 `output_gain` (first order at 0), and the nonlinearity's part is in the remainder: such a
-view is not reported as exact.
+view is not reported as exact. The exact view reads it through the exact ratio h / c
+(`exact.secant_gain`), with no remainder.
+
+`attribute_tokens` gives `tokens` alone, without the n-gram matrix: one reverse sweep of
+vector-Jacobian products r_{t-1} = A_t^T r_t (rnnlens.analysis.exact), O(T S^2).
 
 `attribute_positions` explains a model whose output is one score vector per position (a
 tagger, a language model): one forward, one backward per position.
@@ -48,12 +68,13 @@ import torch
 from torch import nn
 
 from ..cells.base import LinearView
+from ..cells.local import exact_view
 from ..errors import RnnlensError
-from ..cells.classic import from_torch
+from .capture import TORCH_RNNS, _Captured, _eval, _find_rnn, _SplitRNN  # noqa: F401 (re-exported)
+from .exact import TokenAttributions, attribute_tokens, secant_gain
 from .ngrams import initial_part, require_real
 
-TORCH_RNNS = {nn.RNN: "elman", nn.GRU: "gru", nn.LSTM: "lstm"}
-
+VIEWS = ("first-order", "exact")
 
 # --- the decomposition against per-position readouts ---------------------------------------
 def ngram_contributions(view: LinearView, w: torch.Tensor, full_state: bool = False) -> torch.Tensor:
@@ -104,6 +125,7 @@ class NGramAttributions:
     mask:      [B, T] bool, real tokens
     exact:     the first layer's view is exact
     words:     the tokens as text, when the model has a vocabulary or text was given
+    view:      "first-order" or "exact", the view asked for (see the module docstring)
     """
 
     ngrams: torch.Tensor
@@ -114,6 +136,7 @@ class NGramAttributions:
     mask: torch.Tensor
     exact: bool
     words: list[list[str]] | None = None
+    view: str = "first-order"
     directions: int = field(init=False)
 
     def __post_init__(self):
@@ -152,124 +175,6 @@ class NGramAttributions:
         return out
 
 
-# --- capturing the first layer ---------------------------------------------------------------
-@dataclass
-class _Captured:
-    cell: nn.Module          # an rnnlens cell with the layer's weights
-    x: torch.Tensor          # [B,T,E] its input, in its reading order
-    mask: torch.Tensor | None
-    out: torch.Tensor        # [B,T,H] its output, or [B,T,S] its full state (in the autograd graph)
-    reverse: bool
-    lengths: torch.Tensor | None
-    full_state: bool = False  # out is the full state (the gradient may reach the LSTM's c)
-
-
-def _cell_from_layer(rnn: nn.Module, direction: int) -> nn.Module:
-    """The first layer's cell in one direction, batch-major, in eval mode. The copy shares
-    nothing with the module: the attribution needs no parameter gradients."""
-    cell = from_torch(rnn, layer=0, direction=direction)
-    cell.batch_first = True
-    cell.eval()
-    return cell
-
-
-class _SplitRNN(nn.Module):
-    """Stands in for a torch.nn.RNN/GRU/LSTM during attribution: layer 0 runs as rnnlens
-    cells (so its states can be read and decomposed), the layers above as a torch module
-    holding the original parameters. Same outputs and final states as the original."""
-
-    def __init__(self, rnn: nn.Module, record: list):
-        super().__init__()
-        if getattr(rnn, "proj_size", 0):
-            raise RnnlensError("NGramAttribution does not take an LSTM with proj_size > 0")
-        self.rnn, self.record = rnn, record
-        self.dirs = 2 if rnn.bidirectional else 1
-        self.cells = [_cell_from_layer(rnn, d) for d in range(self.dirs)]
-        self.rest = None
-        if rnn.num_layers > 1:
-            rest = type(rnn)(rnn.hidden_size * self.dirs, rnn.hidden_size, num_layers=rnn.num_layers - 1,
-                             bias=rnn.bias, batch_first=True, bidirectional=rnn.bidirectional,
-                             **({"nonlinearity": rnn.nonlinearity} if isinstance(rnn, nn.RNN) else {}))
-            rest.to(device=rnn.weight_ih_l0.device, dtype=rnn.weight_ih_l0.dtype)
-            for name in rest._flat_weights_names:
-                layer = int(name.split("_l")[1].split("_")[0])
-                setattr(rest, name, getattr(rnn, name.replace(f"_l{layer}", f"_l{layer + 1}", 1)))
-            rest.eval()
-            self.rest = rest
-
-    def __getattr__(self, name):
-        # the user's forward may read the module's settings (hidden_size, bidirectional, ...)
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(self._modules["rnn"], name)
-
-    def forward(self, input, hx=None):
-        if isinstance(input, nn.utils.rnn.PackedSequence):
-            raise RnnlensError("NGramAttribution takes padded tensors, not a PackedSequence: "
-                               "attribute one sentence (or equal-length sentences) at a time")
-        if hx is not None:
-            hs = hx if isinstance(hx, tuple) else (hx,)
-            if any(bool(h.ne(0).any()) for h in hs):
-                raise RnnlensError("NGramAttribution explains recurrences from a zero initial state; "
-                                   "the model passed a non-zero hx")
-        rnn = self.rnn
-        x = input if rnn.batch_first else input.transpose(0, 1)
-        unbatched = x.dim() == 2
-        if unbatched:
-            x = x[None]
-        outs, finals = [], []
-        for d, cell in enumerate(self.cells):
-            xd = x.flip(1) if d else x
-            states, fin = cell.scan(xd)          # [B,T,S]: the LSTM's [c; h], so c_n stays attributable
-            out = cell.output(states)
-            self.record.append(_Captured(cell, xd.detach(), None, states, bool(d), None, full_state=True))
-            outs.append(out.flip(1) if d else out)
-            finals.append(states[:, -1])     # from the recorded states: the c_n path reaches them
-        y = torch.cat(outs, -1) if self.dirs > 1 else outs[0]
-        H = rnn.hidden_size
-        h_n = [o[:, -1] for o in (outs[0],) + ((outs[1].flip(1),) if self.dirs > 1 else ())]
-        c_n = [f[:, :H] for f in finals] if isinstance(rnn, nn.LSTM) else None
-        if self.rest is not None:
-            y, rest_state = self.rest(y)
-            if isinstance(rnn, nn.LSTM):
-                h_n += list(rest_state[0].unbind(0))
-                c_n += list(rest_state[1].unbind(0))
-            else:
-                h_n += list(rest_state.unbind(0))
-        h_n = torch.stack(h_n, 0)
-        state = (h_n, torch.stack(c_n, 0)) if c_n is not None else h_n
-        if unbatched:
-            y = y[0]
-            state = tuple(s[:, 0] for s in state) if isinstance(state, tuple) else state[:, 0]
-        elif not rnn.batch_first:
-            y = y.transpose(0, 1)
-        return y, state
-
-
-def _find_rnn(model: nn.Module) -> tuple[nn.Module, str, nn.Module]:
-    found = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-             if type(child) in TORCH_RNNS]
-    if isinstance(model, tuple(TORCH_RNNS)):
-        raise RnnlensError("NGramAttribution needs the whole model (RNN plus the layers that score its "
-                           "states), not the recurrent module alone")
-    if not found:
-        raise RnnlensError("no torch.nn.RNN, GRU or LSTM found in the model")
-    if len(found) > 1:
-        raise RnnlensError(f"the model holds {len(found)} recurrent modules; pass rnn= to choose one")
-    return found[0]
-
-
-@contextlib.contextmanager
-def _eval(model: nn.Module):
-    was = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was)
-
-
 class NGramAttribution:
     """n-gram attributions of a recurrent model's target output (see the module docstring).
 
@@ -277,11 +182,18 @@ class NGramAttribution:
            returns scores [B,C] (or [B] / [B,1] for a single score).
     rnn:   the recurrent module to decompose, when the model holds several.
     vocab: an rnnlens Vocab (taken from the model when it has one), for the n-grams as text.
+    view:  "first-order" (the papers' view: linearised at the zero state, the same vector for
+           an n-gram wherever it occurs, a remainder for nonlinear cells) or "exact"
+           (linearised at the true states: no remainder, but each n-gram's vector depends
+           on its context). See the module docstring.
     """
 
-    def __init__(self, model: nn.Module, rnn: nn.Module | None = None, vocab=None):
+    def __init__(self, model: nn.Module, rnn: nn.Module | None = None, vocab=None, view: str = "first-order"):
+        if view not in VIEWS:
+            raise RnnlensError(f"view must be one of {', '.join(VIEWS)}, not {view!r}")
         self.model = model
         self.vocab = vocab
+        self.view = view
         # A memory network's recurrent layers sit under its block (encoder.lower): they are
         # decomposed, and the block above is read through the gradient like any upper layer.
         enc = getattr(model, "encoder", None)
@@ -373,6 +285,15 @@ class NGramAttribution:
         with self._running(inputs, additional_forward_args) as (out, tokens, mask, record, views):
             return self._decompose(record, views, self._select(out, target), tokens, mask, retain=False)
 
+    def attribute_tokens(self, inputs, target=None, additional_forward_args=None) -> TokenAttributions:
+        """The token attributions of `attribute` (each n-gram credited to the token it starts
+        at) without the n-gram matrix: one reverse sweep r_i = w_i + A_{i+1}^T r_{i+1},
+        tokens_i = r_i . g_i (rnnlens.analysis.exact), O(T S^2) per direction instead of
+        O(T^2 S^2). Same arguments as `attribute`; returns TokenAttributions (tokens [B,T],
+        output, offset, remainder and start [B])."""
+        with self._running(inputs, additional_forward_args) as (out, _, mask, record, views):
+            return attribute_tokens(record, views, self._select(out, target), mask, self.view)
+
     def attribute_positions(self, inputs, targets, additional_forward_args=None) -> list[NGramAttributions]:
         """For a model whose output is one score vector per position, [B,T,C]: the attribution
         of out[b, t, targets[t]] at every position t (targets: T class indices, or a [B,T]
@@ -412,13 +333,22 @@ class NGramAttribution:
                 out, tokens, mask = self._forward_torch(inputs, additional_forward_args, record)
             if not record:
                 raise RnnlensError("the model's forward did not run its recurrent layer")
-            views = []
-            with torch.no_grad():
-                for rec in record:
-                    view = rec.cell.linear_view(rec.x, rec.mask)
-                    require_real(view, "n-gram contributions")
-                    views.append((view, rec.cell.output_gain(rec.x, rec.mask)))
+            views = [self._view_of(rec) for rec in record]
             yield out, tokens, mask, record, views
+
+    def _view_of(self, rec: _Captured) -> tuple[LinearView, torch.Tensor | None, bool]:
+        """(view, output gain, exact) of a captured layer: the first-order view and the gain at
+        0, or the exact view and the exact ratio h / c (`secant_gain`)."""
+        with torch.no_grad():
+            if self.view == "exact":
+                view = exact_view(rec.cell, rec.x, rec.mask)
+                require_real(view, "n-gram contributions")
+                return view, secant_gain(rec.cell, rec.x, rec.mask, view), True
+            view = rec.cell.linear_view(rec.x, rec.mask)
+            require_real(view, "n-gram contributions")
+            gain = rec.cell.output_gain(rec.x, rec.mask)
+            # the output is the view's readout (or its full state) exactly, or only to first order
+            return view, gain, view.exact and gain is None
 
     def _decompose(self, record, views, f, tokens, mask, retain: bool) -> NGramAttributions:
         """f[B] = offset + n-grams + remainder, through the gradient of f at the first layer."""
@@ -431,13 +361,12 @@ class NGramAttribution:
         explained = f.new_zeros(B)
         exact = True
         with torch.no_grad():
-            for d, (rec, w, (view, gain)) in enumerate(zip(record, grads, views)):
-                # the output is the view's readout (or its full state) exactly, or only to first order
-                exact = exact and view.exact and gain is None
+            for d, (rec, w, (view, gain, is_exact)) in enumerate(zip(record, grads, views)):
+                exact = exact and is_exact
                 if w is None:
                     continue
                 linear += (w * rec.out.detach()).sum((1, 2)).to(f.dtype)
-                if gain is not None:         # output h = act(gain * c): first order at c = 0
+                if gain is not None:         # output h = gain * c: to first order, or exactly (h / c)
                     w = w * gain
                 c = ngram_contributions(view, w[:, :, None, :], full_state=rec.full_state)[..., 0].to(f.dtype)
                 init = _start_part(view, w, rec.full_state)
@@ -451,7 +380,8 @@ class NGramAttribution:
         if tokens is not None and vocab is not None:
             words = [[vocab.itos[i] for i in row[: int(m.sum())].tolist()] for row, m in zip(tokens, mask)]
         return NGramAttributions(ngrams=ngrams, tokens=tokens_attr, output=f, offset=f - linear,
-                                 remainder=linear - explained, mask=mask, exact=exact, words=words)
+                                 remainder=linear - explained, mask=mask, exact=exact, words=words,
+                                 view=self.view)
 
 
 def _start_part(view: LinearView, w: torch.Tensor, full_state: bool) -> torch.Tensor:

@@ -26,6 +26,10 @@ standalone scores w^T v_{i:t} of every n-gram (implicit-ngrams eq. 14, Figure 6)
 n-gram read on its own as if the sentence ended at t (through the cell's output gain, so a
 rational cell's gate o_t is included).
 
+`view="exact"` explains with the exact view instead (analysis.attribution: linearised at
+the true states; no remainder, but each n-gram's vector depends on its context, and the
+polarity scores are read from that view too).
+
 Max-plus rational models are refused (their state is a best path's score, not a sum):
 `rnnlens wfsa` explains them.
 """
@@ -37,9 +41,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..cells.local import exact_view
 from ..data.batching import Example, collate
 from ..errors import RnnlensError
 from .attribution import NGramAttribution, ngram_contributions
+from .exact import secant_gain
 
 SEQUENCE_TASKS = ("tag", "lm", "dyck", "crossserial")
 
@@ -101,6 +107,7 @@ class TextExplanation:
     prediction:    the model's prediction, as text
     probabilities: {label: p} for classifiers, else None
     exact:         the first layer's view is exact and the output is its state
+    view:          "first-order" or "exact", the view asked for
     positions:     one PositionExplanation (sentence tasks) or one per token
     polarity:      [T(end), T(start)] standalone scores w^T v_{i:t} toward the target, or None
     """
@@ -118,6 +125,7 @@ class TextExplanation:
     polarity: np.ndarray | None = None
     predicted: list[str] = field(default_factory=list)   # per token (sequence tasks)
     labels: list[str] | None = None                      # the model's labels or tags
+    view: str = "first-order"
 
     @property
     def sentence_level(self) -> bool:
@@ -127,7 +135,8 @@ class TextExplanation:
         d = {"tokens": self.tokens, "unknown": self.unknown, "task": self.task, "labels": self.labels,
              "explained": self.explained,
              "prediction": self.prediction, "probabilities": self.probabilities, "exact": self.exact,
-             "view": "exact" if self.exact else "first-order", "layers": self.layers,
+             "view": "exact" if self.exact else "first-order",
+             "linearised_at": "the true states" if self.view == "exact" else "zero", "layers": self.layers,
              "directions": self.directions,
              "outputs": [p.to_dict(self.tokens, k) for p in self.positions]}
         if self.polarity is not None:
@@ -214,11 +223,12 @@ def readout_row(model, vocab, target: str | None = None) -> tuple[torch.Tensor, 
     return model.readout_weight[k], target
 
 
-def explain_text(model, vocab, tokens: list[str], target: str | None = None) -> TextExplanation:
+def explain_text(model, vocab, tokens: list[str], target: str | None = None,
+                 view: str = "first-order") -> TextExplanation:
     """Explain the model's output on `tokens` toward `target` (a label, tag, word or symbol
-    name; default: the prediction). Works for every recurrent model (any cell, layers,
-    directions, memory block, head); raises RnnlensError for a transformer, a max-plus
-    cell, an empty text or an unknown target."""
+    name; default: the prediction) in `view` ("first-order" or "exact"). Works for every
+    recurrent model (any cell, layers, directions, memory block, head); raises RnnlensError
+    for a transformer, a max-plus cell, an empty text or an unknown target."""
     if not tokens:
         raise RnnlensError("the text is empty: nothing to explain")
     if model.cfg.cell == "transformer":
@@ -230,8 +240,8 @@ def explain_text(model, vocab, tokens: list[str], target: str | None = None) -> 
     scorer = _Scores(model)
     with torch.no_grad():
         out = scorer(batch)[0]
-    attr = NGramAttribution(scorer, vocab=vocab)
-    common = dict(tokens=list(tokens), unknown=unknown, task=model.task, layers=model.cfg.layers,
+    attr = NGramAttribution(scorer, vocab=vocab, view=view)
+    common = dict(tokens=list(tokens), unknown=unknown, task=model.task, layers=model.cfg.layers, view=view,
                   labels=None if model.labels is None else list(model.labels),
                   directions=getattr(model.encoder, "directions", 1))
     if model.task in SEQUENCE_TASKS:
@@ -266,14 +276,14 @@ def _explain_sentence(model, batch, out, attr, labels, target, common) -> TextEx
     a = attr.attribute(batch, target=cls)
     pos = PositionExplanation(None, tname, sign * float(a.output[0]), sign * float(a.offset[0]),
                               sign * float(a.remainder[0]), sign * a.ngrams[0].double().cpu().numpy())
-    polarity = _polarity(model, batch, 0 if cls is None else cls, sign, T)
+    polarity = _polarity(model, batch, 0 if cls is None else cls, sign, T, common["view"])
     return TextExplanation(explained=explained, prediction=prediction, probabilities=probs, exact=a.exact,
                            positions=[pos], polarity=polarity, **common)
 
 
-def _polarity(model, batch, row: int, sign: float, T: int) -> np.ndarray | None:
-    """[T,T] w^T (gain_t * v_{i:t}) for every n-gram, each read as if the text ended at t: for
-    one-layer, one-direction models with a linear head (None otherwise)."""
+def _polarity(model, batch, row: int, sign: float, T: int, view: str = "first-order") -> np.ndarray | None:
+    """[T,T] w^T (gain_t * v_{i:t}) for every n-gram, each read as if the text ended at t, in
+    `view`: for one-layer, one-direction models with a linear head (None otherwise)."""
     enc = getattr(model.encoder, "lower", model.encoder)
     if model.cfg.layers != 1 or getattr(enc, "directions", 1) != 1 or model.cfg.memory is not None:
         return None
@@ -284,12 +294,16 @@ def _polarity(model, batch, row: int, sign: float, T: int) -> np.ndarray | None:
     cell = enc.cells[0]
     with torch.no_grad():
         x = model.embedding(batch.tokens)
-        view = cell.linear_view(x, batch.mask)
-        gain = cell.output_gain(x, batch.mask)
-        wt = (sign * w).to(view.g.dtype).expand(1, T, -1)
+        if view == "exact":
+            lin = exact_view(cell, x, batch.mask)
+            gain = secant_gain(cell, x, batch.mask, lin)
+        else:
+            lin = cell.linear_view(x, batch.mask)
+            gain = cell.output_gain(x, batch.mask)
+        wt = (sign * w).to(lin.g.dtype).expand(1, T, -1)
         if gain is not None:
             wt = wt * gain.to(wt.dtype)
-        return ngram_contributions(view, wt[:, :, None, :])[0, :, :, 0].double().cpu().numpy()
+        return ngram_contributions(lin, wt[:, :, None, :])[0, :, :, 0].double().cpu().numpy()
 
 
 def _explain_positions(model, batch, out, attr, names, target, common) -> TextExplanation:

@@ -10,6 +10,12 @@ the predicted label; a regression head: the output signed like the prediction).
   ngram         n-gram attribution (rnnlens.analysis.attribution), each n-gram credited to
                 the token it starts at (`NGramAttributions.tokens`)
   ngram-shared  the same n-grams, each split evenly over its tokens (`.shared()`)
+  exact         the n-gram attribution in the exact view (linearised at the true states:
+                no remainder, context-dependent n-grams), each token's n-grams summed by
+                one reverse sweep of vector-Jacobian products, without the n-gram matrix
+                (`NGramAttribution.attribute_tokens`); they add up to the output less the
+                offset
+  exact-ngram   the same numbers through the exact view's n-gram matrix (`.tokens`)
   ig            captum LayerIntegratedGradients on the embedding layer, from the pad
                 embedding (token id 0), summed over the embedding dimension
   occlusion     captum Occlusion of one token's embedding at a time (replaced by a zero
@@ -135,11 +141,13 @@ def _signed(attr: torch.Tensor, kind: str, target: torch.Tensor) -> torch.Tensor
 
 
 # --- token-importance methods: fn(model, batch, target) -> [B,T], 0 at pads -------------------
-def ngram_attributions(model, batch: Batch, target=None, output=None) -> tuple[NGramAttributions, torch.Tensor]:
-    """NGramAttribution of the target, and the sign applied for single-output models [B]."""
+def ngram_attributions(model, batch: Batch, target=None, output=None,
+                       view: str = "first-order") -> tuple[NGramAttributions, torch.Tensor]:
+    """NGramAttribution of the target (in `view`), and the sign applied for single-output
+    models [B]."""
     _, kind, t = prepare(model, batch, target, output)
-    attr = NGramAttribution(model).attribute(batch if is_native(model) else batch.tokens,
-                                             target=t if kind == "softmax" else None)
+    attr = NGramAttribution(model, view=view).attribute(batch if is_native(model) else batch.tokens,
+                                                        target=t if kind == "softmax" else None)
     sign = torch.ones_like(attr.output) if kind == "softmax" else t.to(attr.output.dtype)
     return attr, sign
 
@@ -154,6 +162,21 @@ def ngram_shared(model, batch: Batch, target=None, output=None, **_) -> torch.Te
     """[B,T] n-gram attribution, each n-gram split evenly over its tokens."""
     attr, sign = ngram_attributions(model, batch, target, output)
     return attr.shared().detach() * sign[:, None] * batch.mask.to(attr.tokens.dtype)
+
+
+def exact_tokens(model, batch: Batch, target=None, output=None, **_) -> torch.Tensor:
+    """[B,T] n-gram attribution in the exact view, each token's n-grams summed without the
+    n-gram matrix (one vector-Jacobian product per step); sums to the output less the offset."""
+    _, kind, t = prepare(model, batch, target, output)
+    attr = NGramAttribution(model, view="exact").attribute_tokens(batch if is_native(model) else batch.tokens,
+                                                                  target=t if kind == "softmax" else None)
+    return _signed(attr.tokens.detach(), kind, t) * batch.mask.to(attr.tokens.dtype)
+
+
+def exact_ngram_tokens(model, batch: Batch, target=None, output=None, **_) -> torch.Tensor:
+    """[B,T] n-gram attribution in the exact view, each n-gram at the token it starts at."""
+    attr, sign = ngram_attributions(model, batch, target, output, view="exact")
+    return attr.tokens.detach() * sign[:, None] * batch.mask.to(attr.tokens.dtype)
 
 
 def integrated_gradients(model, batch: Batch, target=None, output=None, n_steps: int = 32,
@@ -213,8 +236,31 @@ def random_tokens(model, batch: Batch, target=None, output=None, seed: int = 0, 
     return a.to(batch.tokens.device) * batch.mask.to(torch.float64)
 
 
+def gradient_x_input(model, batch: Batch, target=None, output=None, **_) -> torch.Tensor:
+    """[B,T] gradient x input on the embedding, summed over E: sum_e x_{t,e} df/dx_{t,e}
+    (captum LayerGradientXActivation on the embedding layer). For a model linear in its
+    embeddings this is each token's own term of f."""
+    from captum.attr import LayerGradientXActivation
+
+    _, kind, t = prepare(model, batch, target, output)
+
+    def fwd(tokens, mask, lengths):
+        return _flat(_call(model, tokens, mask, lengths))
+
+    gxi = LayerGradientXActivation(fwd, _embedding(model))
+    with _eval(model), torch.enable_grad():
+        a = gxi.attribute(batch.tokens, target=t if kind == "softmax" else None,
+                          additional_forward_args=(batch.mask, batch.lengths))
+    a = a.detach().sum(-1)
+    return _signed(a, kind, t) * batch.mask.to(a.dtype)
+
+
 METHODS: dict[str, Callable] = {"ngram": ngram_tokens, "ngram-shared": ngram_shared,
-                                "ig": integrated_gradients, "occlusion": occlusion, "random": random_tokens}
+                                "ig": integrated_gradients, "occlusion": occlusion, "random": random_tokens,
+                                "grad-input": gradient_x_input,
+                                "exact": exact_tokens, "exact-ngram": exact_ngram_tokens}
+# analysis/contextual.py adds "cd" (contextual decomposition) when it is imported, as
+# analysis/faithfulness.py does
 
 
 # --- deleting tokens ------------------------------------------------------------------------------

@@ -31,10 +31,11 @@ def token_shares(ngrams: np.ndarray) -> np.ndarray:
     return out
 
 
-def explain_lines(run: Run, texts: Iterable[tuple[int, str]], top: int = 5, progress=None) -> list[dict]:
+def explain_lines(run: Run, texts: Iterable[tuple[int, str]], top: int = 5, progress=None,
+                  view: str = "first-order") -> list[dict]:
     """One record per (line number, text): tokens, unknown words, prediction, probabilities,
-    what is explained, output = offset + n-gram total + remainder, the top n-grams and the
-    token shares. Empty texts get an "error" record."""
+    what is explained, output = offset + n-gram total + remainder in `view` ("first-order" or
+    "exact"), the top n-grams and the token shares. Empty texts get an "error" record."""
     from ..analysis.sentence import explain_text
 
     if run.task not in SENTENCE_TASKS:
@@ -47,11 +48,13 @@ def explain_lines(run: Run, texts: Iterable[tuple[int, str]], top: int = 5, prog
         if not tokens:
             out.append({"line": no, "text": text, "tokens": [], "error": "no tokens"})
             continue
-        ex = explain_text(run.model, run.vocab, tokens)
+        ex = explain_text(run.model, run.vocab, tokens, view=view)
         pos = ex.positions[0]
         out.append({"line": no, "text": text, "tokens": ex.tokens, "unknown": ex.unknown,
                     "prediction": ex.prediction, "probabilities": ex.probabilities, "explained": ex.explained,
-                    "view": "exact" if ex.exact else "first-order", "output": pos.output, "offset": pos.offset,
+                    "view": "exact" if ex.exact else "first-order",
+                    "linearised_at": "the true states" if view == "exact" else "zero",
+                    "output": pos.output, "offset": pos.offset,
                     "ngram_total": pos.ngram_total, "remainder": pos.remainder,
                     "ngrams": pos.top(ex.tokens, top), "token_shares": token_shares(pos.ngrams).tolist()})
         if progress is not None:

@@ -125,6 +125,7 @@ class _Context:
     split: str | None
     fig_dir: Path
     say: Callable[[str], None]
+    view: str = "first-order"        # the n-gram view of the sample sentences
 
     @property
     def recurrent(self) -> bool:
@@ -140,7 +141,7 @@ def _samples_step(c: _Context, items: list[tuple[str, list[str]]], from_text: bo
     parts, samples = [], []
     for k, (text, tokens) in enumerate(items):
         try:
-            view = explain_sentence(c.model, c.vocab, tokens)
+            view = explain_sentence(c.model, c.vocab, tokens, view=c.view)
         except RnnlensError as e:           # e.g. a max-plus model: no real-semiring sum
             return skipped("samples", title, str(e))
         html, d = sample_html(k, text, view, c.fig_dir, c.cfg.model.cell.upper())
@@ -155,6 +156,10 @@ def _samples_step(c: _Context, items: list[tuple[str, list[str]]], from_text: bo
              "first layer's n-gram vectors v(i:t) read by the gradient of the output with respect to "
              "that layer's states; for a linear head on the final state these are the papers' scores "
              "w^T v(i:t)).</p>")
+    intro += ("<p>View: exact, each step linearised at the true states (no remainder; an n-gram's vector "
+              "depends on its context).</p>" if c.view == "exact" else
+              "<p>View: first-order, each step linearised at the zero state (an n-gram's vector depends on "
+              "its tokens alone; nonlinear cells leave a remainder).</p>")
     origin = "given with --text" if from_text else f"sampled from the {c.split} split"
     return section("samples", title, intro, f"<p>{len(items)} sentence(s) {R.esc(origin)}.</p>", *parts), samples
 
@@ -232,13 +237,14 @@ def _write(out_dir: Path, force: bool, page: str, result: dict) -> None:
 
 def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: int = 4,
                  faithfulness_sentences: int = 100, negation: bool = True, progress: bool = True,
-                 force: bool = False) -> dict:
+                 force: bool = False, view: str = "first-order") -> dict:
     """Write out_dir/report.html and out_dir/report.json for the checkpoint in model_dir.
 
     data_dir: where the training data is now (default: where it was in training); the
     data sections are skipped, with the reason, when it cannot be loaded and no data_dir
     was given. sentences: texts to explain instead of n_samples sentences of the test
-    split. Returns the report.json dict. Bad input is an RnnlensError."""
+    split. view: the n-gram view of the sample sentences, "first-order" or "exact"
+    (analysis.attribution). Returns the report.json dict. Bad input is an RnnlensError."""
     from .run import Run
 
     t0 = time.perf_counter()
@@ -262,10 +268,10 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
     data, data_note = _load_data(run, explicit=data_dir is not None)
     say("data loaded" if data else "data not available")
     rows, test, metric_notes = read_metrics(model_dir / "metrics.jsonl")
-    result: dict = {"model": None}
+    result: dict = {"model": None, "view": view}
     with tempfile.TemporaryDirectory(prefix="rnnlens-report-") as figs:
         c = _Context(run.model, run.config, run.vocab, run.meta, run.task, data, data_note,
-                     _eval_split(data) if data else None, Path(figs), say)
+                     _eval_split(data) if data else None, Path(figs), say, view)
         html, result["model"] = model_card(model_dir, c.model, c.cfg, c.meta, c.vocab, data, data_note, rows, test)
         sections = [html + "".join(note(n) for n in metric_notes)]
         say("model card")

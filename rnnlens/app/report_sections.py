@@ -64,6 +64,7 @@ class SentenceView:
     partial: bool = False      # tag/lm with stacked layers: only n-grams ending at each token
     polarity: np.ndarray | None = None   # [end, start] the paper's standalone scores w^T v_{i:t}
     outputs: list[dict] | None = None    # per token (tag/lm): output = offset + n-grams + remainder
+    view: str = "first-order"            # the view asked for: "first-order" or "exact"
 
     def top(self, k: int = TOP_K) -> list[dict]:
         from ..analysis.sentence import top_of_grid
@@ -71,12 +72,12 @@ class SentenceView:
         return [{**r, "target": self.targets[r["end"]]} for r in top_of_grid(self.grid, self.tokens, k)]
 
 
-def explain_sentence(model, vocab, tokens: list[str]) -> SentenceView:
+def explain_sentence(model, vocab, tokens: list[str], view: str = "first-order") -> SentenceView:
     """The n-gram view of one sentence for any recurrent model: analysis.sentence.explain_text
-    (the same explanation `rnnlens explain` prints), laid out for the page."""
+    (the same explanation `rnnlens explain` prints) in `view`, laid out for the page."""
     from ..analysis.sentence import explain_text
 
-    ex = explain_text(model, vocab, tokens)
+    ex = explain_text(model, vocab, tokens, view=view)
     T = len(tokens)
     prediction = ex.prediction
     if ex.probabilities:
@@ -84,7 +85,7 @@ def explain_sentence(model, vocab, tokens: list[str]) -> SentenceView:
     if ex.sentence_level:
         p = ex.positions[0]
         return SentenceView(ex.tokens, ex.unknown, p.ngrams, [p.target] * T, ex.explained, prediction,
-                            p.output, p.offset, p.remainder, ex.exact, T - 1, polarity=ex.polarity)
+                            p.output, p.offset, p.remainder, ex.exact, T - 1, polarity=ex.polarity, view=view)
     grid = np.zeros((ex.directions, T, T))
     for t, p in enumerate(ex.positions):
         grid[:, t, :] = p.ngrams[:, t, :]
@@ -93,7 +94,7 @@ def explain_sentence(model, vocab, tokens: list[str]) -> SentenceView:
     outputs = [{"position": p.position, "token": ex.tokens[p.position], "target": p.target, "output": p.output,
                 "offset": p.offset, "ngram_total": p.ngram_total, "remainder": p.remainder} for p in ex.positions]
     return SentenceView(ex.tokens, ex.unknown, grid, names, ex.explained, prediction, None, None, None,
-                        ex.exact, focus, partial=ex.layers > 1 or ex.directions > 1, outputs=outputs)
+                        ex.exact, focus, partial=ex.layers > 1 or ex.directions > 1, outputs=outputs, view=view)
 
 
 def _sample_facts(k: int, text: str, v: SentenceView) -> list[str]:
@@ -117,6 +118,9 @@ def _sample_facts(k: int, text: str, v: SentenceView) -> list[str]:
         parts.append(f"<p>Each token's output = offset + n-grams + remainder ({kind} view of the first layer):</p>")
         parts.append(R.table(["#", "token", "toward", "output", "offset", "n-grams", "remainder"], rows,
                              ' class="outputs"'))
+    if v.view == "exact":
+        parts.append(note("exact view: each step linearised at the true states, so there is no remainder, "
+                          "but each n-gram's contribution depends on its context"))
     if v.partial:
         parts.append(note("stacked or bidirectional layers: the figures show the n-grams ending at each token; "
                           "the table's totals count them all"))
@@ -182,7 +186,7 @@ def sample_html(k: int, text: str, v: SentenceView, fig_dir: Path, cell: str) ->
     parts += _bars(k, v, toks, fig_dir, cell, label)
     parts.append("</div>")
     data = {"text": text, "tokens": v.tokens, "unknown": v.unknown, "prediction": v.prediction,
-            "explained": v.explained, "exact": v.exact, "top": top}
+            "explained": v.explained, "exact": v.exact, "view": v.view, "top": top}
     if v.output is not None:
         data.update(output=v.output, offset=v.offset, ngram_total=float(v.grid.sum()), remainder=v.remainder)
     if v.outputs is not None:

@@ -11,6 +11,11 @@ Cell.linear_view(x, mask, state) -> LinearView: the affine recurrence s_t = A(x_
   is applied through structured products and never built as a dense matrix unless
   .matrix(t) is asked for.
 
+Cell.local_view(x, mask, state) -> LinearView or None: the exact view of a nonlinear cell in
+  structured form, linearised at the true trajectory (A_t = d s_t / d s_{t-1} at the true
+  s_{t-1}, g_t = s_t - A_t s_{t-1}); None for cells that leave it to cells.local.exact_view
+  (their own view when it is exact, else Jacobians by autograd).
+
 Cell.output_gain(x, mask) -> [B,T,H] or None: d out / d (readout state) at state 0, for cells
   whose output is a nonlinear function of the state the view explains (the rational cells'
   h = tanh(o * c)); None when the output is the readout itself.
@@ -269,6 +274,13 @@ class Cell(nn.Module):
             state = new if mask is None else torch.where(mask[:, t, None], new, state)
             outs.append(state)
         return self.output(torch.stack(outs, 1)), state
+
+    def local_view(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                   state: torch.Tensor | None = None) -> LinearView | None:
+        """None: this cell has no structured view of its own linearised at the true states.
+        Nonlinear cells that have one (Elman, GRU, LSTM) override this; use
+        `rnnlens.cells.local.exact_view(cell, x, mask, state)`, which works for every cell."""
+        return None
 
     def output_gain(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor | None:
         """None: the output is the readout coordinates of the state the linear view explains.

@@ -24,6 +24,7 @@ from ..ops.linear import linear
 from ..ops.precision import autocast_dtype, full_precision, no_autocast
 from .base import Cell, LinearView, StructuredView, hold_at_pads
 from .gru_terms import gru_view_terms
+from .local import previous_states, with_true_inputs
 from .lstm_terms import lstm_view_terms
 
 
@@ -186,6 +187,21 @@ class _Classic(Cell):
             x, mask = self._to_batch_major(x, mask)
         return self._linear_view(x, mask).starting_from(state)
 
+    def local_view(self, x, mask=None, state=None) -> LinearView:
+        """The exact view (cells/local.py), batch-major [B,T,S] whatever the cell's layout:
+        the first-order view's structured form with its coefficients taken at the true
+        pre-activations (W_hh h_{t-1} included), A_t = d s_t / d s_{t-1} at the true s_{t-1},
+        and g_t = s_t - A_t s_{t-1}, from one pass of the cell from `state` (None: zero). Its
+        n-gram vectors depend on the trajectory (their context), not only on their tokens."""
+        if not self.batch_first:
+            x, mask = self._to_batch_major(x, mask)
+        s0 = full_precision(state if state is not None else self.initial_state(x.shape[0], x.dtype, x.device))
+        states, _ = Cell.scan(self, x, mask, s0)
+        prev = previous_states(states, s0)
+        P = full_precision(self._project(x))
+        Ph = prev[..., self.state_size - self.hidden_size:] @ self.weight_hh.T + self.bias_hh
+        return with_true_inputs(self._local_view(P, Ph, prev, mask), states, prev).starting_from(state)
+
 
 class Elman(_Classic):
     """h_t = act(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh), act = tanh (or relu)."""
@@ -217,6 +233,14 @@ class Elman(_Classic):
         g = self._act(p)
         d = 1 - g * g if self.nonlinearity == "tanh" else (p > 0).to(p.dtype)
         return StructuredView(g, mask, self.weight_hh, d)
+
+    def _local_view(self, P, Ph, prev, mask) -> LinearView:
+        """A_t = diag(act'(p_t)) W_hh at the true p_t = W_ih x_t + b_ih + W_hh h_{t-1} + b_hh
+        (g is set by local_view)."""
+        p = P + Ph
+        h = self._act(p)
+        d = 1 - h * h if self.nonlinearity == "tanh" else (p > 0).to(p.dtype)
+        return StructuredView(torch.zeros_like(prev), mask, self.weight_hh, d, exact=True)
 
 
 class GRU(_Classic):
@@ -261,6 +285,19 @@ class GRU(_Classic):
         g, coef, z0 = gru_view_terms(P, self.bias_hh.to(P.dtype))      # cells/gru_terms.py
         return StructuredView(g, mask, self.weight_hh, coef, diag=z0)
 
+    def _local_view(self, P, Ph, prev, mask) -> LinearView:
+        """The first-order form at the true gates r, z, n and hn = W_hn h_{t-1} + b_hn:
+          A = diag(a_r) W_hr + diag(a_z) W_hz + diag(a_n) W_hn + diag(z),
+          a_r = (1 - z)(1 - n^2) hn r (1 - r),  a_z = (h_{t-1} - n) z (1 - z),
+          a_n = (1 - z)(1 - n^2) r  (g is set by local_view)."""
+        xr, xz, xn = P.chunk(3, -1)
+        hr, hz, hn = Ph.chunk(3, -1)
+        r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+        n = torch.tanh(xn + r * hn)
+        dn = (1 - z) * (1 - n * n)
+        coef = torch.cat([dn * hn * r * (1 - r), (prev - n) * z * (1 - z), dn * r], -1)
+        return StructuredView(torch.zeros_like(prev), mask, self.weight_hh, coef, diag=z, exact=True)
+
 
 class LSTM(_Classic):
     """torch's LSTM on the extended state s = [c; h] (size 2H):
@@ -298,6 +335,18 @@ class LSTM(_Classic):
         g, f0, a_i, a_g, a_o, k = lstm_view_terms(linear(x, self.weight_ih, self.bias_ih + self.bias_hh))
         return LSTMView(g=g, mask=mask, W=self.weight_hh, f=f0, a_i=a_i, a_g=a_g, a_o=a_o, k=k,
                         readout=slice(self.hidden_size, None))
+
+    def _local_view(self, P, Ph, prev, mask) -> LinearView:
+        """The block form of LSTMView at the true gates and c_{t-1}, with the W_hf term that
+        the first-order view drops (it multiplies c_{t-1}): a_f = c_{t-1} f (1 - f), and
+        a_i, a_g, a_o, k as in lstm_view_terms with c = f c_{t-1} + i g (g is set by local_view)."""
+        zi, zf, zg, zo = (P + Ph).chunk(4, -1)
+        i, f, o, gg = torch.sigmoid(zi), torch.sigmoid(zf), torch.sigmoid(zo), torch.tanh(zg)
+        c_prev = prev[..., : self.hidden_size]
+        tc = torch.tanh(f * c_prev + i * gg)
+        return LSTMView(g=torch.zeros_like(prev), mask=mask, W=self.weight_hh, f=f, a_i=gg * i * (1 - i),
+                        a_g=i * (1 - gg * gg), a_o=tc * o * (1 - o), k=o * (1 - tc * tc),
+                        readout=slice(self.hidden_size, None), a_f=c_prev * f * (1 - f), exact=True)
 
 
 class LSTMView(LinearView):

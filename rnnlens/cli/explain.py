@@ -39,10 +39,13 @@ def cmd_explain(args) -> int:
         raise RnnlensError("the text is empty: nothing to explain")
     labels = run.labels
     if args.file is not None or len(tokens) > STREAM_TOKENS:
+        if args.view == "exact":
+            raise RnnlensError("--view exact explains sentences (up to "
+                               f"{STREAM_TOKENS} tokens); a document's streamed n-grams use the first-order view")
         return _explain_document(args, model, vocab, tokens, labels)
     from ..analysis.sentence import explain_text
 
-    ex = explain_text(model, vocab, tokens, target=args.target)
+    ex = explain_text(model, vocab, tokens, target=args.target, view=args.view)
     if ex.unknown:
         which = "all tokens are" if len(ex.unknown) == len(tokens) else "some tokens are"
         print(f"warning: {which} unknown to the model and read as <unk>: {' '.join(sorted(set(ex.unknown)))}",
@@ -91,6 +94,8 @@ def _explain_text(ex, top: int | None) -> str:
     else:
         lines.append(f"prediction: {ex.prediction}")
     lines.append(f"explained: {ex.explained} = offset + n-grams + remainder ({kind} view{layer})")
+    if ex.view == "exact":
+        lines.append("view: linearised at the true states; each n-gram's contribution depends on its context")
     both = ex.directions > 1
     shown = [p.top(ex.tokens, top if top is not None or p.position is None else 3) for p in ex.positions]
     width = max(10, min(60, max((len(r["text"]) for rows in shown for r in rows), default=10)))
@@ -186,7 +191,7 @@ def _explain_lines(args) -> int:
     run = _load_run(args)
     bar = tqdm(total=len(texts), desc="explain", unit=" sentences", file=sys.stderr, leave=False,
                disable=args.quiet or len(texts) < 20)
-    records = explain_lines(run, texts, top=args.top or 5, progress=bar.update)
+    records = explain_lines(run, texts, top=args.top or 5, progress=bar.update, view=args.view)
     bar.close()
     with output_dir(out, force=args.force) as tmp:
         (tmp / "explanations.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
@@ -209,6 +214,10 @@ def add_parser(sub) -> None:
     e.add_argument("--target", help="label to explain (default: the prediction)")
     e.add_argument("--top", type=SIZE, default=None, metavar="K", help="show only the K (>= 1) n-grams with "
                    "the largest |score| (default: all of a sentence's; documents: 20)")
+    e.add_argument("--view", choices=("first-order", "exact"), default="first-order",
+                   help="first-order (default): each step linearised at the zero state, an n-gram's vector "
+                   "the same in every context, a remainder for nonlinear cells; exact: linearised at the "
+                   "true states, no remainder, n-grams that depend on their context")
     e.add_argument("--json", action="store_true", help="machine-readable output")
     e.add_argument("--png", type=new_file, help="also write the n-gram heatmap to this PNG file")
     e.add_argument("--force", action="store_true", help="replace the PNG file (or the --out folder) if it exists")

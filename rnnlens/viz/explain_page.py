@@ -40,5 +40,9 @@ def lines_page(records: list[dict], model: str) -> str:
     body = table(["line", "sentence", "predicted", "top n-grams (toward the prediction)",
                   "output = offset + n-grams + remainder"], rows)
     explained = records[0].get("explained", "") if records and not records[0].get("error") else ""
-    head = f"<p>Model <code>{esc(model)}</code>; {len(records)} sentences. {esc(explained and 'First: ' + explained)}</p>"
+    exact = any(r.get("linearised_at") == "the true states" for r in records)
+    view = ("Exact view: each step linearised at the true states (no remainder; each n-gram's contribution "
+            "depends on its context)." if exact else "First-order view: each step linearised at the zero state.")
+    head = (f"<p>Model <code>{esc(model)}</code>; {len(records)} sentences. {esc(explained and 'First: ' + explained)}"
+            f" {esc(view)}</p>")
     return page("n-gram explanations", [Raw(style), head, legend, body])

@@ -1,0 +1,493 @@
+"""Contextual decomposition (CD) of LSTM and GRU classifiers.
+
+    cd = ContextualDecomposition(model)
+    s = cd.attribute(tokens, span=(2, 4))         # tokens 2 and 3 are the phrase
+    s.rel + s.irrel == s.output                   # the target logit, exactly
+
+CD (Murdoch, Liu & Yu, ICLR 2018) runs the recurrence once more carrying every state as a
+sum of two parts, h_t = beta_t + gamma_t (and c_t = beta^c_t + gamma^c_t for the LSTM):
+beta is what the phrase (the positions in `rel_mask`) contributes, gamma everything else.
+The sum is the model's true state at every step. At each step:
+
+- the gate pre-activations split into a relevant part (W_h beta_{t-1}, plus W_x x_t when
+  t is in the phrase), an irrelevant part (W_h gamma_{t-1}, plus W_x x_t otherwise) and
+  the bias b;
+- each sigmoid/tanh is linearised by Shapley values (the paper's Sec. 3.2): with the
+  default shapley="bias-first" the bias enters first and keeps f(b), and the relevant
+  part y_r gets the average of its two marginal contributions
+  L(y_r) = [f(b + y_r) - f(b) + f(b + y_r + y_i) - f(b + y_i)] / 2 (likewise y_i);
+  shapley="full" averages over all six orders of (y_r, y_i, b) and gives the bias the rest;
+- a product of a gate with a source (f * c_{t-1}, i * g, the LSTM's o * tanh(c) with
+  decompose_o) expands into the nine products of their parts. Relevant*relevant goes to
+  beta; irrelevant*irrelevant and the irrelevant*bias terms go to gamma. The others go
+  where `CDRules.terms` says: "murdoch" (the paper's rule) puts relevant*bias and
+  bias*relevant in beta and relevant*irrelevant in gamma; "gcd" (Jumelet, Zuidema &
+  Hupkes 2019) also puts an irrelevant gate acting on a relevant source ("irrel*rel") in
+  beta, as LRP does; any subset of TERMS can be passed;
+- bias*bias products: `bias_bias="phrase"` (the authors' code) puts them in beta at
+  positions of the phrase and in gamma elsewhere; "irrel" (as the paper's equations write
+  it) always in gamma; "rel" always in beta (with an empty phrase: the model's default,
+  bias-driven reasoning of Jumelet et al.);
+- the LSTM's h_t = o_t tanh(c_t): tanh(c_t) is split by the two-term Shapley rule and o_t
+  is kept whole (the paper's choice); decompose_o=True splits it as a third product.
+
+With the phrase = every token and bias_bias="phrase", gamma stays exactly 0 (from a zero
+start state); with bias_bias="irrel", gamma is what the bias*bias products start and the
+recurrence carries, and it vanishes when they do (an LSTM with b_g = 0).
+
+GRU (no paper gives a rule; this one follows the LSTM's): with z the update gate and
+u = W_hn h_{t-1} + b_hn (parts: W_hn beta, W_hn gamma, b_hn),
+
+    n_t = tanh(W_in x_t + b_in + r_t * u),   h_t = (1 - z_t) n_t + z_t h_{t-1}
+
+r * u is a product (its bias*bias term r_b b_hn joins b_in as the bias of n's
+pre-activation); (1 - z) is a gate with parts (-z_r, -z_i, 1 - z_b) acting on n like the
+LSTM's i on g, and z acts on h_{t-1} like f on c_{t-1}.
+
+The start state (h0, c0) goes to gamma (init="irrel") or to beta (init="rel"). Masks:
+a position with mask False keeps both parts of the state and contributes nothing.
+
+Models: an rnnlens RNNModel with cell "gru" or "lstm" (one layer, one direction, a linear
+sentence head on the final state or the mean of the states), or a plain nn.Module holding
+one nn.Embedding, one batch-first nn.LSTM/nn.GRU and an nn.Linear on its last hidden state.
+The target score splits as rel = w . beta_T and irrel = w . gamma_T + bias (beta and gamma
+averaged over real positions for mean pooling).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..cells.classic import GRU, LSTM
+from ..data.batching import Batch
+from ..encoder import RNNEncoder
+from ..errors import RnnlensError
+from ..heads.classify import ClassificationHead
+from .attribution import _eval, _find_rnn
+from .token_attributions import METHODS, _embedding, _signed, is_native, prepare
+
+TERMS = ("rel*bias", "bias*rel", "rel*irrel", "irrel*rel")
+PRESETS = {"murdoch": ("rel*bias", "bias*rel"), "gcd": ("rel*bias", "bias*rel", "irrel*rel")}
+_CHOICES = {"bias_bias": ("phrase", "irrel", "rel"), "shapley": ("bias-first", "full"), "init": ("irrel", "rel")}
+
+
+@dataclass(frozen=True)
+class CDRules:
+    """How CD assigns the terms it cannot attribute by origin (see the module docstring).
+
+    terms:       "murdoch", "gcd", or a tuple of gate*source names from TERMS that go to beta
+    bias_bias:   "phrase" | "irrel" | "rel"
+    shapley:     "bias-first" (the paper) | "full" (all orders of relevant, irrelevant, bias)
+    decompose_o: split the LSTM's output gate too (the paper keeps it whole)
+    init:        where a given start state goes, "irrel" | "rel"
+    """
+
+    terms: str | tuple = "murdoch"
+    bias_bias: str = "phrase"
+    shapley: str = "bias-first"
+    decompose_o: bool = False
+    init: str = "irrel"
+
+    def __post_init__(self):
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise RnnlensError(f"CDRules.{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+        if isinstance(self.terms, str):
+            if self.terms not in PRESETS:
+                raise RnnlensError(f"CDRules.terms: unknown preset {self.terms!r} (presets: {', '.join(PRESETS)})")
+        elif any(t not in TERMS for t in self.terms):
+            raise RnnlensError(f"CDRules.terms: names must come from {', '.join(TERMS)}, not {tuple(self.terms)}")
+
+    @property
+    def rel_terms(self) -> frozenset:
+        return frozenset(PRESETS[self.terms] if isinstance(self.terms, str) else self.terms)
+
+
+@dataclass
+class CDStates:
+    """rel, irrel: beta and gamma of the hidden state, [B,T,H] (keep="all") or [B,H]
+    (keep="final": after the last step; "mean": averaged over real positions).
+    rel_c, irrel_c: the same for the LSTM's cell state (None for the GRU)."""
+
+    rel: torch.Tensor
+    irrel: torch.Tensor
+    rel_c: torch.Tensor | None = None
+    irrel_c: torch.Tensor | None = None
+
+
+@dataclass
+class CDScores:
+    """rel, irrel [B]: the target score's parts (rel + irrel == output); output [B]: the
+    model's own target score; target [B] long: the class explained (0 for one output)."""
+
+    rel: torch.Tensor
+    irrel: torch.Tensor
+    output: torch.Tensor
+    target: torch.Tensor
+
+
+# --- linearising nonlinearities and splitting products ---------------------------------------
+def linearize(f, rel: torch.Tensor, irrel: torch.Tensor, bias: torch.Tensor, shapley: str = "bias-first"):
+    """f(rel + irrel + bias) as three parts (rel, irrel, bias) that add up to it exactly:
+    Shapley values of the players rel and irrel, the bias first ("bias-first": the bias
+    part is f(bias), as Murdoch et al.) or anywhere ("full": all six orders)."""
+    total = f(rel + irrel + bias)
+    if shapley == "bias-first":
+        fb = f(bias)
+        f_r, f_i = f(bias + rel), f(bias + irrel)
+        r = 0.5 * (f_r - fb + total - f_i)
+        i = 0.5 * (f_i - fb + total - f_r)
+        return r, i, total - r - i
+    f0 = f(torch.zeros_like(bias)).expand_as(total)
+    f_r, f_i, fb = f(rel), f(irrel), f(bias).expand_as(total)
+    f_ri, f_rb, f_ib = f(rel + irrel), f(rel + bias), f(irrel + bias)
+    r = (f_r - f0 + total - f_ib) / 3 + (f_ri - f_i + f_rb - fb) / 6
+    i = (f_i - f0 + total - f_rb) / 3 + (f_ri - f_r + f_ib - fb) / 6
+    return r, i, total - r - i
+
+
+def split_tanh(rel: torch.Tensor, irrel: torch.Tensor):
+    """tanh(rel + irrel) = L(rel) + L(irrel), the two-term Shapley rule (tanh(0) = 0)."""
+    total = torch.tanh(rel + irrel)
+    r = 0.5 * (torch.tanh(rel) + total - torch.tanh(irrel))
+    return r, total - r
+
+
+def product(gate, source, rel_terms: frozenset):
+    """gate (g_r, g_i, g_b) * source (s_r, s_i[, s_b]) -> (rel, irrel, bias*bias or None):
+    g_r s_r in rel; g_i s_i, g_i s_b, g_b s_i in irrel; the rest where rel_terms says."""
+    g_r, g_i, g_b = gate
+    s_r, s_i = source[0], source[1]
+    s_b = source[2] if len(source) > 2 else None
+    rel, irrel = g_r * s_r, g_i * s_i + g_b * s_i
+    optional = {"bias*rel": g_b * s_r, "rel*irrel": g_r * s_i, "irrel*rel": g_i * s_r}
+    if s_b is not None:
+        optional["rel*bias"] = g_r * s_b
+        irrel = irrel + g_i * s_b
+    for name, value in optional.items():
+        if name in rel_terms:
+            rel = rel + value
+        else:
+            irrel = irrel + value
+    return rel, irrel, (g_b * s_b if s_b is not None else None)
+
+
+def _bias_bias(rel, irrel, bb, here, rule: str):
+    """Adds the bias*bias product bb to rel or irrel; here [R,1]: the position is relevant."""
+    if rule == "rel":
+        return rel + bb, irrel
+    if rule == "irrel":
+        return rel, irrel + bb
+    zero = torch.zeros_like(bb)
+    return rel + torch.where(here, bb, zero), irrel + torch.where(here, zero, bb)
+
+
+# --- one step of each cell, on [R, ...] rows ------------------------------------------------
+def _lstm_step(xr, xi, state, W, b, here, rules: CDRules):
+    h_r, h_i, c_r, c_i = state
+    rec = torch.cat([h_r, h_i]) @ W.T                                 # [2R, 4H]
+    R = h_r.shape[0]
+    pr, pi = (xr + rec[:R]).chunk(4, -1), (xi + rec[R:]).chunk(4, -1)
+    bs = b.chunk(4)
+    acts = (torch.sigmoid, torch.sigmoid, torch.tanh, torch.sigmoid)
+    i, f, g, o = (linearize(act, pr[k], pi[k], bs[k], rules.shapley) for k, act in enumerate(acts))
+    terms = rules.rel_terms
+    ig_r, ig_i, bb = product(i, g, terms)
+    fc_r, fc_i, _ = product(f, (c_r, c_i), terms)
+    c_r, c_i = _bias_bias(ig_r + fc_r, ig_i + fc_i, bb, here, rules.bias_bias)
+    t_r, t_i = split_tanh(c_r, c_i)
+    if rules.decompose_o:
+        h_r, h_i, _ = product(o, (t_r, t_i), terms)
+    else:
+        whole = o[0] + o[1] + o[2]
+        h_r, h_i = whole * t_r, whole * t_i
+    return h_r, h_i, c_r, c_i
+
+
+def _gru_step(xr, xi, state, W, b, here, rules: CDRules):
+    h_r, h_i = state
+    b_ir, b_iz, b_in, b_hr, b_hz, b_hn = b
+    R = h_r.shape[0]
+    rec = torch.cat([h_r, h_i]) @ W.T                                 # [2R, 3H]
+    ar, az, an = rec[:R].chunk(3, -1)
+    air, aiz, ain = rec[R:].chunk(3, -1)
+    xr_r, xr_z, xr_n = xr.chunk(3, -1)
+    xi_r, xi_z, xi_n = xi.chunk(3, -1)
+    terms, sh = rules.rel_terms, rules.shapley
+    r = linearize(torch.sigmoid, xr_r + ar, xi_r + air, b_ir + b_hr, sh)
+    z = linearize(torch.sigmoid, xr_z + az, xi_z + aiz, b_iz + b_hz, sh)
+    ru_r, ru_i, ru_b = product(r, (an, ain, b_hn.expand_as(an)), terms)
+    n = linearize(torch.tanh, xr_n + ru_r, xi_n + ru_i, b_in + ru_b, sh)
+    keep = (-z[0], -z[1], 1 - z[2])
+    n_r, n_i, bb = product(keep, n, terms)
+    zh_r, zh_i, _ = product(z, (h_r, h_i), terms)
+    return _bias_bias(n_r + zh_r, n_i + zh_i, bb, here, rules.bias_bias)
+
+
+def _scan(step, x, weight_ih, weight_hh, bias, rel_mask, mask, state, rules, rows, keep):
+    """Runs `step` over time on R rows: row k reads sentence rows[k] of x[B,T,E]."""
+    if keep not in ("all", "final", "mean"):
+        raise RnnlensError(f"keep must be one of all, final, mean, not {keep!r}")
+    R, T = rel_mask.shape
+    rows = torch.arange(R, device=x.device) if rows is None else rows.to(x.device)
+    proj = x @ weight_ih.T                                           # [B,T,G*H], no bias
+    rel_mask = rel_mask.to(x.device).bool()
+    real = torch.ones(R, T, dtype=torch.bool, device=x.device) if mask is None else mask.to(x.device).bool()[rows]
+    outs, total = [], None
+    for t in range(T):
+        p = proj[rows, t]
+        here = rel_mask[:, t, None]
+        zero = torch.zeros_like(p)
+        new = step(torch.where(here, p, zero), torch.where(here, zero, p), state, weight_hh, bias, here, rules)
+        state = tuple(torch.where(real[:, t, None], n, s) for n, s in zip(new, state))
+        if keep == "all":
+            outs.append(state)
+        elif keep == "mean":
+            m = real[:, t, None].to(x.dtype)
+            total = [s * m for s in state] if total is None else [a + s * m for a, s in zip(total, state)]
+    if keep == "all":
+        return tuple(torch.stack(s, 1) for s in zip(*outs)) if outs else tuple(s[:, None][:, :0] for s in state)
+    if keep == "mean":
+        n = real.sum(1, keepdim=True).clamp(min=1).to(x.dtype)
+        return tuple(a / n for a in total) if total is not None else state
+    return state
+
+
+def _start(h, R, H, like, rows, init):
+    h = like.new_zeros(R, H) if h is None else h.to(like)[rows] if rows is not None else h.to(like)
+    zero = torch.zeros_like(h)
+    return (h, zero) if init == "rel" else (zero, h)
+
+
+def cd_lstm(x, weight_ih, weight_hh, bias_ih, bias_hh, rel_mask, mask=None, h0=None, c0=None,
+            rules: CDRules | None = None, rows=None, keep: str = "all") -> CDStates:
+    """CD of an LSTM in torch's layout (gates i, f, g, o) over x[B,T,E].
+
+    rel_mask [R,T] bool: the phrase of each row; mask [B,T] bool: real tokens (None: all);
+    h0, c0 [B,H] start state (None: zeros); rows [R] long: the sentence of x each row reads
+    (None: row k reads x[k], R = B), so many phrases of one sentence run in one pass;
+    keep: "all" ([R,T,H] per step), "final" or "mean" ([R,H]). Returns CDStates whose parts
+    add up to the LSTM's h and c."""
+    rules = rules or CDRules()
+    H = weight_hh.shape[1]
+    R = rel_mask.shape[0]
+    bias = (bias_ih + bias_hh).to(x)
+    hr, hi = _start(h0, R, H, x, rows, rules.init)
+    cr, ci = _start(c0, R, H, x, rows, rules.init)
+    out = _scan(_lstm_step, x, weight_ih.to(x), weight_hh.to(x), bias, rel_mask, mask,
+                (hr, hi, cr, ci), rules, rows, keep)
+    return CDStates(*out)
+
+
+def cd_gru(x, weight_ih, weight_hh, bias_ih, bias_hh, rel_mask, mask=None, h0=None,
+           rules: CDRules | None = None, rows=None, keep: str = "all") -> CDStates:
+    """CD of a GRU in torch's layout (gates r, z, n) over x[B,T,E]; arguments as `cd_lstm`.
+    Returns CDStates whose parts add up to the GRU's h."""
+    rules = rules or CDRules()
+    H = weight_hh.shape[1]
+    bias = tuple(bias_ih.to(x).chunk(3)) + tuple(bias_hh.to(x).chunk(3))
+    start = _start(h0, rel_mask.shape[0], H, x, rows, rules.init)
+    out = _scan(_gru_step, x, weight_ih.to(x), weight_hh.to(x), bias, rel_mask, mask, start, rules, rows, keep)
+    return CDStates(*out)
+
+
+# --- models ------------------------------------------------------------------------------------
+@dataclass
+class _Parts:
+    kind: str                      # "lstm" | "gru"
+    weights: tuple                 # weight_ih, weight_hh, bias_ih, bias_hh
+    embedding: nn.Module
+    readout: nn.Linear
+    pooling: str
+    single: bool                   # the model returns one score per row, [B]
+
+
+def _native_parts(model) -> _Parts:
+    cfg, enc, head = model.cfg, model.encoder, model.head
+    if not isinstance(enc, RNNEncoder):
+        raise RnnlensError("contextual decomposition explains recurrent encoders, not the transformer or memory networks")
+    if cfg.layers != 1 or enc.directions != 1:
+        raise RnnlensError("contextual decomposition here explains one-layer, one-direction models")
+    cell = enc.cells[0]
+    if type(cell) not in (GRU, LSTM):
+        raise RnnlensError(f"contextual decomposition takes the gru and lstm cells, not {cfg.cell!r}")
+    if not isinstance(head, ClassificationHead) or head.mlp is not None:
+        raise RnnlensError("contextual decomposition needs a sentence head with one linear layer (no MLP)")
+    weights = (cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+    single = head.out.out_features == 1
+    return _Parts("lstm" if type(cell) is LSTM else "gru", weights, enc.embedding, head.out, head.pooling, single)
+
+
+def _torch_parts(model) -> _Parts:
+    _, _, rnn = _find_rnn(model)
+    if not isinstance(rnn, (nn.LSTM, nn.GRU)):
+        raise RnnlensError(f"contextual decomposition takes nn.LSTM and nn.GRU, not {type(rnn).__name__}")
+    if rnn.num_layers != 1 or rnn.bidirectional or not rnn.batch_first or rnn.proj_size:
+        raise RnnlensError("contextual decomposition takes a one-layer, one-direction, batch_first recurrent module")
+    H = rnn.hidden_size
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear) and m.in_features == H]
+    if len(linears) != 1:
+        raise RnnlensError(f"contextual decomposition needs one nn.Linear on the hidden state; the model has {len(linears)}")
+    zero = rnn.weight_ih_l0.new_zeros(rnn.weight_ih_l0.shape[0])
+    biases = (rnn.bias_ih_l0, rnn.bias_hh_l0) if rnn.bias else (zero, zero)
+    weights = (rnn.weight_ih_l0, rnn.weight_hh_l0, *biases)
+    kind = "lstm" if isinstance(rnn, nn.LSTM) else "gru"
+    return _Parts(kind, weights, _embedding(model), linears[0], "final", linears[0].out_features == 1)
+
+
+class ContextualDecomposition:
+    """Contextual decomposition of a classifier's target score (see the module docstring).
+
+    model: an rnnlens RNNModel (cell "gru" or "lstm") or a plain nn.Module with one
+           nn.Embedding, one batch-first nn.LSTM/nn.GRU and an nn.Linear on its last state.
+    rules: a CDRules, or its fields as keywords (terms=, bias_bias=, shapley=, ...).
+    """
+
+    def __init__(self, model: nn.Module, rules: CDRules | None = None, **rule_kw):
+        self.model = model
+        self.rules = rules if rules is not None else CDRules(**rule_kw)
+        self.native = is_native(model)
+        self.parts = _native_parts(model) if self.native else _torch_parts(model)
+
+    def _inputs(self, tokens, mask):
+        if isinstance(tokens, Batch):
+            tokens, mask = tokens.tokens, tokens.mask if mask is None else mask
+        tokens = torch.as_tensor(tokens)
+        tokens = tokens[None] if tokens.dim() == 1 else tokens
+        device = self.parts.weights[0].device
+        if self.native:
+            mask = tokens.ne(0) if mask is None else torch.as_tensor(mask).bool()
+        elif mask is not None and not bool(torch.as_tensor(mask).all()):
+            raise RnnlensError("a plain module reads every position: give rows of equal length, without a mask")
+        return tokens.to(device), None if mask is None else mask.to(device)
+
+    @torch.no_grad()
+    def states(self, tokens, rel_mask, mask=None, rows=None, keep: str = "all") -> CDStates:
+        """CDStates of the recurrent layer for tokens [B,T] (or a Batch) and the phrases
+        rel_mask [R,T] (rows [R]: each phrase's sentence, None for one phrase per row)."""
+        tokens, mask = self._inputs(tokens, mask)
+        p = self.parts
+        with _eval(self.model):
+            x = p.embedding(tokens)
+        fn = cd_lstm if p.kind == "lstm" else cd_gru
+        return fn(x, *p.weights, torch.as_tensor(rel_mask).bool(), mask, rules=self.rules, rows=rows, keep=keep)
+
+    def _scores(self, tokens, rel_mask, mask, rows):
+        """([R,C], [R,C]): the readout's rel and irrel parts for every output."""
+        keep = "mean" if self.parts.pooling == "mean" else "final"
+        st = self.states(tokens, rel_mask, mask, rows, keep)
+        W, b = self.parts.readout.weight, self.parts.readout.bias
+        irrel = st.irrel @ W.T.to(st.irrel)
+        return st.rel @ W.T.to(st.rel), irrel + b.to(irrel) if b is not None else irrel
+
+    def _target(self, full, target):
+        """[R] long class index from target (int, [R] or None for the argmax of full [R,C])."""
+        R, C = full.shape
+        if self.parts.single:
+            if target is not None and bool(torch.as_tensor(target).ne(0).any()):
+                raise RnnlensError(f"the model gives one score per row; target must be None or 0, not {target}")
+            return torch.zeros(R, dtype=torch.long, device=full.device)
+        if target is None:
+            return full.argmax(1)
+        t = torch.as_tensor(target, device=full.device).long()
+        t = t.expand(R) if t.dim() == 0 else t
+        if bool((t < 0).any()) or bool((t >= C).any()):
+            raise RnnlensError(f"target out of range for {C} classes")
+        return t
+
+    def _output(self, tokens, mask, full):
+        """The model's own scores [B,C], checked against the decomposition's total full [B,C]:
+        a plain module whose output is not its linear layer on the last state is refused."""
+        if mask is None:
+            mask = torch.ones_like(tokens, dtype=torch.bool)
+        with _eval(self.model), torch.no_grad():
+            out = self.model(Batch(tokens, mask, mask.sum(1)) if self.native else tokens)
+        out = out[0] if isinstance(out, tuple) else out
+        out = out[:, None] if out.dim() == 1 else out
+        tol = 1e-4 if full.dtype == torch.float64 else 1e-2
+        if out.shape != full.shape or not torch.allclose(full, out.to(full), rtol=tol, atol=tol):
+            raise RnnlensError("the model's output is not its nn.Linear on the recurrent layer's final state, "
+                               "so contextual decomposition cannot explain it")
+        return out.to(full)
+
+    def attribute(self, tokens, target=None, mask=None, span=None, rel_mask=None) -> CDScores:
+        """The CD of the target score for tokens [B,T] (or a Batch). The phrase: span=(i, j),
+        the positions i..j-1 of every row (half-open, as a slice), or rel_mask [B,T] bool.
+        target: class index (int or [B]), None for the predicted class; 0 or None for a
+        model with one output."""
+        tokens, mask = self._inputs(tokens, mask)
+        B, T = tokens.shape
+        if (span is None) == (rel_mask is None):
+            raise RnnlensError("give the phrase as span=(start, stop) or rel_mask=[B, T], one of them")
+        if span is not None:
+            rel_mask = _span_mask(span, T, tokens.device).expand(B, T)
+        rel, irrel = self._scores(tokens, rel_mask, mask, None)
+        out = self._output(tokens, mask, rel + irrel)
+        t = self._target(out, target)
+        rel, irrel, out = (v.gather(1, t[:, None])[:, 0] for v in (rel, irrel, out))
+        return CDScores(rel, irrel, out, t)
+
+    def phrase_scores(self, tokens, spans, target=None, mask=None) -> torch.Tensor:
+        """[B,K]: the CD (relevant) score of each of K spans (start, stop), half-open, in
+        every row, toward the target; one pass over time for all B*K rows."""
+        tokens, mask = self._inputs(tokens, mask)
+        B, T = tokens.shape
+        K = len(spans)
+        if not K:
+            raise RnnlensError("phrase_scores needs at least one span")
+        rel_mask = torch.stack([_span_mask(s, T, tokens.device) for s in spans]).repeat(B, 1)    # [B*K, T]
+        rows = torch.arange(B, device=tokens.device).repeat_interleave(K)
+        rel, irrel = self._scores(tokens, rel_mask, mask, rows)
+        full = (rel + irrel)[::K]                                 # the same for every span of a sentence
+        if not self.native:
+            self._output(tokens, mask, full)
+        t = self._target(full, target)
+        return rel.gather(1, t[rows][:, None])[:, 0].view(B, K)
+
+    def token_scores(self, tokens, target=None, mask=None) -> torch.Tensor:
+        """[B,T]: the CD score of each real token alone (a one-token phrase), 0 at pads;
+        the B*L one-token phrases run as rows of one pass over time."""
+        tokens, mask = self._inputs(tokens, mask)
+        B, T = tokens.shape
+        real = mask if mask is not None else torch.ones_like(tokens, dtype=torch.bool)
+        rows, pos = real.nonzero(as_tuple=True)
+        rel_mask = torch.zeros(len(rows), T, dtype=torch.bool, device=tokens.device)
+        rel_mask[torch.arange(len(rows), device=tokens.device), pos] = True
+        rel, irrel = self._scores(tokens, rel_mask, mask, rows)
+        full = rel.new_zeros(B, rel.shape[1])
+        full[rows] = rel + irrel                                  # the same for every row of a sentence
+        if not self.native:
+            self._output(tokens, mask, full)
+        t = self._target(full, target)
+        out = rel.new_zeros(B, T)
+        out[rows, pos] = rel.gather(1, t[rows][:, None])[:, 0]
+        return out
+
+
+def _span_mask(span, T: int, device) -> torch.Tensor:
+    start, stop = span
+    if not 0 <= start < stop <= T:
+        raise RnnlensError(f"span {tuple(span)} is not a non-empty (start, stop) within {T} positions")
+    pos = torch.arange(T, device=device)
+    return (pos >= start) & (pos < stop)
+
+
+def phrase_scores(model, tokens, spans, target=None, mask=None, rules: CDRules | None = None) -> torch.Tensor:
+    """[B,K]: the CD score of each span (start, stop) of tokens [B,T] toward the target."""
+    return ContextualDecomposition(model, rules).phrase_scores(tokens, spans, target, mask)
+
+
+def cd_tokens(model, batch: Batch, target=None, output=None, rules: CDRules | None = None, **_) -> torch.Tensor:
+    """[B,T] CD score of each token alone toward the target (signed like the other token
+    methods: toward the predicted class, or a single output read in its predicted
+    direction), 0 at pads."""
+    _, kind, t = prepare(model, batch, target, output)
+    cd = ContextualDecomposition(model, rules)
+    a = cd.token_scores(batch.tokens, target=t if kind == "softmax" else None,
+                        mask=batch.mask if is_native(model) else None)
+    return _signed(a, kind, t.to(a.device)) * batch.mask.to(a)
+
+
+METHODS.setdefault("cd", cd_tokens)
