@@ -252,6 +252,59 @@ def completion_row(ctx: Context, table: Table, row: Row) -> RowResult:
     return RowResult(row, status="no config", note=row.note or "no language model config for MSR")
 
 
+# --- faithfulness of explanations --------------------------------------------------------------
+
+OURS = ("ngram", "ngram-shared", "exact", "exact-ngram")      # rnnlens's own views
+THEIRS = ("ig", "occlusion", "cd")                            # the best-known alternatives
+FAITH_METRICS = (("AOPC", "aopc"), ("Spearman", "spearman"), ("comprehensiveness", "comprehensiveness"),
+                 ("sufficiency", "sufficiency"), ("infidelity", "infidelity"))
+
+
+@kind("faithfulness")
+def faithfulness_row(ctx: Context, table: Table, row: Row) -> RowResult:
+    """`rnnlens faithfulness` on the row's trained model: every method it can run on the same
+    test sentences (the row's `sentences`, default 200, seeded); one line per method and
+    metric. Checks, where the row asks (`compare`): the best of rnnlens's views by AOPC
+    against the best of integrated gradients, occlusion and contextual decomposition."""
+    from ..analysis.faithfulness import faithfulness
+
+    if row.config is None:
+        return RowResult(row, status="no config", note=row.note)
+    n = int(row.extra.get("sentences", 200))
+    notes: list[str] = []
+
+    def scores(run):
+        trained = _load(run)
+        res = faithfulness(trained.model, trained.split("test"), trained.vocab, max_sentences=n,
+                           seed=0, progress=ctx.progress)
+        notes[:] = [f"{res.sentences} test sentences"] + list(res.notes)
+        return {f"{m}: {label}": getattr(sc, attr) for m, sc in res.methods.items() for label, attr in FAITH_METRICS}
+
+    res = per_seed(ctx, row, scores)
+    res.note = "; ".join(notes)
+    if row.extra.get("compare") and res.values:
+        res.checks += _faithfulness_checks(res.values[0], float(row.extra.get("aopc_ratio", 1.05)))
+    return res
+
+
+def _faithfulness_checks(v: dict, ratio: float) -> list[tuple]:
+    aopc = {m: v.get(f"{m}: AOPC") for m in OURS + THEIRS}
+    ours = [m for m in OURS if aopc[m] is not None]
+    theirs = [m for m in THEIRS if aopc[m] is not None]
+    if not ours or not theirs:
+        return [("rnnlens's best view against IG, occlusion and CD", "not measured", None)]
+    best = max(ours, key=lambda m: aopc[m])
+    rival = max(theirs, key=lambda m: aopc[m])
+    sp = {m: v.get(f"{m}: Spearman") for m in ours + theirs}
+    top_sp = max((sp[m] for m in theirs if sp[m] is not None), default=None)
+    r = aopc[best] / aopc[rival] if aopc[rival] else float("inf")
+    return [(f"AOPC of the best rnnlens view ({best}) / the best of IG, occlusion, CD ({rival}) >= {ratio}",
+             f"{r:.3f}", r >= ratio),
+            (f"Spearman of {best} >= the best of IG, occlusion, CD", f"{sp[best]:.3f} vs {top_sp:.3f}"
+             if sp[best] is not None and top_sp is not None else "--",
+             None if sp[best] is None or top_sp is None else sp[best] >= top_sp)]
+
+
 # --- running a table ----------------------------------------------------------------------
 
 def run_row(ctx: Context, table: Table, row: Row) -> RowResult:

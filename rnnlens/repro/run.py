@@ -100,12 +100,44 @@ def row_config(ctx: Context, name: str):
     d = cfg.to_dict()
     if ctx.data_dir is not None:
         d["data"]["data_dir"] = str(ctx.data_dir)
+    if d["model"].get("embeddings_file") and not ctx.tiny:
+        d["model"]["embeddings_file"] = vectors_file(ctx, d["model"]["embeddings_file"])
     d["train"]["device"] = ctx.device
     if ctx.threads:
         d["train"]["threads"] = ctx.threads
     if ctx.tiny:
         tiny_overrides(d)
     return Config.from_dict(d)
+
+
+# The word-vector files that configs name (model.embeddings_file), and how to make each when
+# it is not there: `rnnlens vectors` with these settings, into DIR/vectors/.
+VECTORS = {"imdb-w2v-300d.txt": {"corpus": "imdb", "dim": 300, "epochs": 10, "std": 1.0}}
+
+
+def vectors_file(ctx: Context, name: str) -> str:
+    """The config's vectors file: as given when it exists, else DIR/vectors/<name>, made there
+    first (word2vec on the corpus's text, no labels; one thread, bit-for-bit reproducible) when
+    VECTORS knows how."""
+    if Path(name).is_file():
+        return name
+    path = ctx.out / "vectors" / Path(name).name
+    if path.is_file():
+        return str(path)
+    recipe = VECTORS.get(Path(name).name)
+    if recipe is None:
+        raise RnnlensError(f"vectors file {name} does not exist (and repro does not know how to make it)")
+    if ctx.data_dir is None:
+        raise RnnlensError(f"making {path.name} needs the {recipe['corpus']} text: pass --data-dir")
+    from ..data.word2vec import corpus_sentences, train_word2vec, write_vectors
+
+    ctx.log(f"making {path} (word2vec on {recipe['corpus']}, {recipe['epochs']} epochs; once)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sentences, _ = corpus_sentences(recipe["corpus"], ctx.data_dir)
+    vectors = train_word2vec(sentences, dim=recipe["dim"], epochs=recipe["epochs"], threads=1,
+                             progress=ctx.log if ctx.progress else None)
+    write_vectors(vectors, path, std=recipe.get("std"))
+    return str(path)
 
 
 def tiny_overrides(d: dict) -> None:
@@ -122,7 +154,8 @@ def tiny_overrides(d: dict) -> None:
     if data.get("corpus") in ("ptb", "wikitext2"):        # a small softmax over the whole dev text
         data["max_vocab"] = min(data.get("max_vocab") or 2000, 2000)
     model["hidden_size"] = min(model.get("hidden_size") or 8, 16)
-    if not model.get("embeddings_file") and model.get("cell") != "urn":
+    model["embeddings_file"], model["freeze_embeddings"] = None, False     # no word-vector file to make
+    if model.get("cell") != "urn":
         model["embedding_dim"] = min(model.get("embedding_dim") or 8, 16)
 
 
