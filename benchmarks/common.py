@@ -1,7 +1,16 @@
-"""Helpers the benchmark suites share."""
+"""Helpers the benchmark suites share.
+
+Every benchmark process imports this module, so every one (the torch baselines' included)
+runs with the memory-allocator settings rnnlens sets when imported (rnnlens/ops/allocator.py):
+a ratio compares the models, not two allocators.
+"""
 from __future__ import annotations
 
 from pathlib import Path
+
+from rnnlens.ops import allocator
+
+allocator.tune()
 
 
 def cpu_model() -> str:

@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from . import common  # noqa: F401  (every benchmark process: rnnlens's allocator settings)
+
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("rm", "torch.nn.LSTM", "rnnlens lstm")
 
@@ -44,8 +46,8 @@ def _model(kind: str, hidden: int, vocab: int):
     """(module, loss(batch) -> scalar)."""
     from torch import nn
 
-    from rnnlens.models import RNNModel
     from rnnlens.config import ModelConfig
+    from rnnlens.models import RNNModel
 
     if kind == "torch.nn.LSTM":
         class LM(nn.Module):

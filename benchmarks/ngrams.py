@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from . import common  # noqa: F401  (every benchmark process: rnnlens's allocator settings)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -44,7 +46,12 @@ def _time(fn, repeats: int, sync=lambda: None) -> float:
 
 def run(cell_name: str, length: int, hidden: int, repeats: int, device: str = "cpu") -> dict:
     """One row of the table (times in seconds); on CUDA every timed call ends with a synchronize."""
-    from rnnlens.analysis.ngrams import ngram_scores, ngram_scores_ref, scores_ending_at, top_ngrams
+    from rnnlens.analysis.ngrams import (
+        ngram_scores,
+        ngram_scores_ref,
+        scores_ending_at,
+        top_ngrams,
+    )
     from rnnlens.cells import CELLS
 
     torch.manual_seed(0)

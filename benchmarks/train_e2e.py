@@ -19,6 +19,8 @@ import statistics
 import time
 from pathlib import Path
 
+from . import common  # noqa: F401  (every benchmark process: rnnlens's allocator settings)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -85,8 +87,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from rnnlens.data.batching import BatchIterator
     from rnnlens.config import Config, load_config_file
+    from rnnlens.data.batching import BatchIterator
     from rnnlens.train.run import build_vocab, load_data
 
     torch.set_num_threads(args.threads)
