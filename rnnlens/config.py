@@ -300,6 +300,7 @@ class Config:
 # registries here when they are imported, so that this bottom layer checks names without
 # importing anything above it; importing the rnnlens package imports all four.
 _REGISTRIES: dict[str, object] = {}
+_LOADERS: list = []
 
 
 def register(kind: str, names) -> None:
@@ -307,7 +308,15 @@ def register(kind: str, names) -> None:
     _REGISTRIES[kind] = names
 
 
+def on_demand(loader) -> None:
+    """A function that imports the registering modules, run once when a registry is first
+    asked for and not there (the package sets it: importing rnnlens does not import them)."""
+    _LOADERS.append(loader)
+
+
 def known(kind: str) -> tuple[str, ...]:
+    while kind not in _REGISTRIES and _LOADERS:
+        _LOADERS.pop(0)()
     if kind not in _REGISTRIES:
         raise RnnlensError(f"internal: no registry of {kind} names (import rnnlens before validating a config)")
     return tuple(_REGISTRIES[kind])

@@ -7,6 +7,7 @@ import errno
 import os
 import sys
 
+from ..argtypes import SIZE
 from ..errors import RnnlensError
 from . import (
     attention,
@@ -41,9 +42,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = "") -> argparse.ArgumentParser:
+    """The whole parser. command: the subcommand the arguments name, when main knows it: the
+    config flags of `train` (whose help lists the registered cells, which imports torch) are
+    added only when that command is `train` or not known (""), so that `rnnlens --help` and
+    every other command's parsing stay fast."""
     from ..repro.command import add_parser as add_repro_parser
     from ..version import __version__
+    from . import common
+
+    common.CONFIG_FLAGS = command in ("", "train")
 
     p = _Parser(prog="rnnlens", description="Train recurrent networks and read what they compute as n-grams.")
     p.add_argument("--version", action="version", version=f"rnnlens {__version__}")
@@ -51,7 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
     for module in COMMANDS:
         module.add_parser(sub)
     add_repro_parser(sub)
+    for name, sp in sub.choices.items():
+        if name in THREADED and not any("--threads" in a.option_strings for a in sp._actions):
+            sp.add_argument("--threads", dest="torch_threads", type=SIZE, default=None, metavar="N",
+                            help="torch threads (default: torch's)")
     return p
+
+
+# the commands that compute with torch: each takes --threads (its own, or the one added here)
+THREADED = ("demo", "train", "eval", "predict", "explain", "wfsa", "faithfulness", "negation", "report",
+            "unitary", "attention", "complete", "bench", "repro", "vectors")
 
 
 def _tolerant_output() -> None:
@@ -86,7 +103,14 @@ def _pipe_closed() -> int:
 def main(argv: list[str] | None = None) -> int:
     _tolerant_output()
     try:
-        args = build_parser().parse_args(argv)
+        words = sys.argv[1:] if argv is None else list(argv)
+        named = next((w for w in words if not w.startswith("-")), None)   # the subcommand, if any
+        args = build_parser(named).parse_args(argv)
+        threads = getattr(args, "torch_threads", None)
+        if threads:                    # the commands that take --threads and do not set it themselves
+            import torch
+
+            torch.set_num_threads(threads)
         try:
             code = args.func(args)
         except RnnlensError as e:

@@ -19,7 +19,14 @@ def _config_type(where: str, typ):
     return parse
 
 
+# False while the command being parsed is not `train` (rnnlens.cli.build_parser): the flags
+# list the registered cells, which imports torch
+CONFIG_FLAGS = True
+
+
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    if not CONFIG_FLAGS:
+        return
     from ..config import TASKS, flat_fields
 
     g = p.add_argument_group("config overrides (each also settable in --config)")
