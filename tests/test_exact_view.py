@@ -371,3 +371,27 @@ def test_explain_and_report_take_the_view(model_dir, tmp_path, capsys):
     (s,) = rep["samples"]
     assert s["view"] == "exact" and abs(s["remainder"]) < 1e-6
     assert "linearised at the true states" in (tmp_path / "rep" / "report.html").read_text()
+
+
+def test_exact_deletion_is_the_logit_change_of_deleting_each_token_for_an_mvma():
+    """MVMA-G is its own view and its A, g depend on the token alone: removing a token is an
+    identity step, so the deletion reading of the view is exactly f(x) - f(x without t)."""
+    from rnnlens.analysis.token_attributions import METHODS, make_batch
+
+    torch.manual_seed(3)
+    cfg = ModelConfig(cell="mvma-g", embedding_dim=6, hidden_size=5, pooling="final", output_bias=True)
+    model = RNNModel(cfg, vocab_size=20, task="classify", labels=["neg", "pos"]).double().eval()
+    rows = [[3, 7, 2, 9, 4], [5, 6, 11], [8, 2, 2, 13]]
+    b = make_batch(rows, "cpu")
+    got = METHODS["exact-deletion"](model, b)
+
+    def logit(r):
+        out = model(make_batch([r], "cpu"))
+        return float(out[0, 1] - out[0, 0]) if out.dim() == 2 and out.shape[-1] == 2 else float(out.reshape(-1)[0])
+
+    for i, r in enumerate(rows):
+        f = logit(r)
+        sign = 1.0 if f >= 0 else -1.0
+        for t in range(len(r)):
+            want = sign * (f - logit(r[:t] + r[t + 1:]))
+            assert abs(float(got[i, t]) - want) < 1e-9, (i, t)

@@ -285,14 +285,17 @@ class NGramAttribution:
         with self._running(inputs, additional_forward_args) as (out, tokens, mask, record, views):
             return self._decompose(record, views, self._select(out, target), tokens, mask, retain=False)
 
-    def attribute_tokens(self, inputs, target=None, additional_forward_args=None) -> TokenAttributions:
+    def attribute_tokens(self, inputs, target=None, additional_forward_args=None,
+                         deletion: bool = False) -> TokenAttributions:
         """The token attributions of `attribute` (each n-gram credited to the token it starts
         at) without the n-gram matrix: one reverse sweep r_i = w_i + A_{i+1}^T r_{i+1},
         tokens_i = r_i . g_i (rnnlens.analysis.exact), O(T S^2) per direction instead of
         O(T^2 S^2). Same arguments as `attribute`; returns TokenAttributions (tokens [B,T],
-        output, offset, remainder and start [B])."""
+        output, offset, remainder and start [B]). deletion=True gives instead, from the same
+        sweep, each token's effect on the output when its step is removed, r_i . (s_i - s_{i-1})
+        (rnnlens.analysis.exact.token_shares); those do not sum to the output."""
         with self._running(inputs, additional_forward_args) as (out, _, mask, record, views):
-            return attribute_tokens(record, views, self._select(out, target), mask, self.view)
+            return attribute_tokens(record, views, self._select(out, target), mask, self.view, deletion=deletion)
 
     def attribute_positions(self, inputs, targets, additional_forward_args=None) -> list[NGramAttributions]:
         """For a model whose output is one score vector per position, [B,T,C]: the attribution

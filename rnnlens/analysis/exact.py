@@ -74,20 +74,42 @@ def full_readout(view: LinearView, w: torch.Tensor, full_state: bool) -> torch.T
     return W
 
 
-def token_shares(view: LinearView, W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def view_states(view: LinearView) -> torch.Tensor:
+    """[B,T,S] the view's states s_t = A_t s_{t-1} + g_t from its start (kept at pads)."""
+    B, T, S = view.g.shape
+    s = view.h0.to(view.g.dtype) if view.h0 is not None else view.g.new_zeros(B, S)
+    out = view.g.new_empty(B, T, S)
+    for t in range(T):
+        s = view.apply(t, s[:, None])[:, 0] + view.at("g", t)
+        out[:, t] = s
+    return out
+
+
+def token_shares(view: LinearView, W: torch.Tensor, deletion: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens[B,T], start[B]) for readouts W[B,T,S] on the full state (zero at pads):
     tokens_i = r_i . g_i by the reverse sweep r_i = W_i + A_{i+1}^T r_{i+1} (see the module
-    docstring), and start = r_0 A_1 . s_0 for a view with a start state (else 0)."""
+    docstring), and start = r_0 A_1 . s_0 for a view with a start state (else 0).
+
+    deletion=True reads the same sweep as a deletion instead of a share: token i's step made
+    an identity step (the token removed), the change carried to the output through the view,
+    r_i . (s_i - s_{i-1}). Exact for a linear recurrence read out linearly; for the exact view
+    of a nonlinear cell it is the first-order estimate at the true trajectory of what deleting
+    the token does. These do not sum to the output."""
     B, T, S = view.g.shape
     if view.mask is not None:
         W = W * view.mask[..., None].to(W.dtype)
+    states = view_states(view) if deletion else None
     tokens = W.new_zeros(B, T)
     r = W.new_zeros(B, 1, S)
     for t in range(T - 1, -1, -1):
         if t < T - 1:
             r = view.rapply(t + 1, r)
         r = r + W[:, t, None]
-        tokens[:, t] = (r[:, 0] * view.at("g", t)).sum(-1)
+        if deletion:
+            before = states[:, t - 1] if t else (view.h0 if view.h0 is not None else torch.zeros_like(states[:, 0]))
+            tokens[:, t] = (r[:, 0] * (states[:, t] - before.to(states.dtype))).sum(-1)
+        else:
+            tokens[:, t] = (r[:, 0] * view.at("g", t)).sum(-1)
     start = W.new_zeros(B)
     if view.h0 is not None and T:
         start = (view.rapply(0, r)[:, 0] * view.h0.to(W.dtype)).sum(-1)
@@ -95,7 +117,7 @@ def token_shares(view: LinearView, W: torch.Tensor) -> tuple[torch.Tensor, torch
 
 
 def attribute_tokens(record, views, f: torch.Tensor, mask: torch.Tensor, view_name: str,
-                     retain: bool = False) -> TokenAttributions:
+                     retain: bool = False, deletion: bool = False) -> TokenAttributions:
     """TokenAttributions of f[B] through the gradient at the captured first layer (record,
     views as NGramAttribution builds them: views[d] = (view, output gain, exact))."""
     grads = torch.autograd.grad(f.sum(), [r.out for r in record], allow_unused=True, retain_graph=retain)
@@ -111,7 +133,7 @@ def attribute_tokens(record, views, f: torch.Tensor, mask: torch.Tensor, view_na
             linear += (w * rec.out.detach()).sum((1, 2)).to(f.dtype)
             if gain is not None:
                 w = w * gain.to(w.dtype)
-            tok, init = token_shares(view, full_readout(view, w, rec.full_state))
+            tok, init = token_shares(view, full_readout(view, w, rec.full_state), deletion)
             tok = tok.to(f.dtype)
             if rec.reverse:
                 orig = reversal_index(mask.to(tok.device))       # reversed position -> original

@@ -173,6 +173,18 @@ def exact_tokens(model, batch: Batch, target=None, output=None, **_) -> torch.Te
     return _signed(attr.tokens.detach(), kind, t) * batch.mask.to(attr.tokens.dtype)
 
 
+def exact_deletion_tokens(model, batch: Batch, target=None, output=None, **_) -> torch.Tensor:
+    """[B,T] the exact view read as deletions: each token's effect on the output when its step
+    is made an identity step, carried through the view linearised at the true trajectory,
+    r_t . (s_t - s_{t-1}) (rnnlens.analysis.exact.token_shares). Not a decomposition: what
+    removing the token does, to first order, which is what deletion curves measure."""
+    _, kind, t = prepare(model, batch, target, output)
+    attr = NGramAttribution(model, view="exact").attribute_tokens(batch if is_native(model) else batch.tokens,
+                                                                  target=t if kind == "softmax" else None,
+                                                                  deletion=True)
+    return _signed(attr.tokens.detach(), kind, t) * batch.mask.to(attr.tokens.dtype)
+
+
 def exact_ngram_tokens(model, batch: Batch, target=None, output=None, **_) -> torch.Tensor:
     """[B,T] n-gram attribution in the exact view, each n-gram at the token it starts at."""
     attr, sign = ngram_attributions(model, batch, target, output, view="exact")
@@ -258,7 +270,8 @@ def gradient_x_input(model, batch: Batch, target=None, output=None, **_) -> torc
 METHODS: dict[str, Callable] = {"ngram": ngram_tokens, "ngram-shared": ngram_shared,
                                 "ig": integrated_gradients, "occlusion": occlusion, "random": random_tokens,
                                 "grad-input": gradient_x_input,
-                                "exact": exact_tokens, "exact-ngram": exact_ngram_tokens}
+                                "exact": exact_tokens, "exact-ngram": exact_ngram_tokens,
+                                "exact-deletion": exact_deletion_tokens}
 # analysis/contextual.py adds "cd" (contextual decomposition) when it is imported, as
 # analysis/faithfulness.py does
 
