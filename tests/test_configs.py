@@ -47,8 +47,9 @@ def test_config_loads_with_every_budget(path):
                 m.cell, m.hidden_size, m.truncation, m.embedding_dim)
             assert base.data == cfg.data                # the same strings, so the same vocabulary
             continue
-        if path.stem == f"{stem}-w2v":     # the row with fixed vectors made by `rnnlens vectors`
-            assert m.embeddings_file and m.freeze_embeddings and "rnnlens vectors" in raw["description"]
+        if path.stem == f"{stem}-w2v":     # the row with vectors made by `rnnlens vectors`: fixed, or a start
+            assert m.embeddings_file and "rnnlens vectors" in raw["description"]
+            assert ("fixed" in raw["description"]) == m.freeze_embeddings
             continue
         # the same row at several depths: <corpus>-<cell>-<L>layer
         assert path.stem == stem or path.stem == f"{stem}-{m.layers}layer"
