@@ -172,6 +172,7 @@ def test_faithfulness_table(tsv_report):
     section = section[: section.index("</section>")]
     rows = re.findall(r"<tr><td>([^<]+)</td><td>([^<]+)</td>", section)
     assert {name for name, _ in rows} == set(METHODS)
+    assert all(h in section for h in ("compr. ^", "suff. v", "infid. v"))     # ERASER and infidelity too
     for name, aopc in rows:
         m = d["methods"][name]
         assert -1 <= m["aopc"] <= 1 and aopc == f"{m['aopc']:.4f}"       # drops of a probability
