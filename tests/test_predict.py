@@ -200,3 +200,58 @@ def test_explain_token_shares_add_up_by_hand():
     g[0, 1, 1] = 2.0            # "b"
     g[0, 2, 1] = -1.0           # "b c": -0.5, -0.5
     assert token_shares(g).tolist() == [1.0, 2.5, 0.5]
+
+
+TREES = ["(4 (2 a) (4 (4 fine) (2 film)))", "(0 (2 a) (0 (0 dull) (2 film)))", "(3 (3 good) (2 fun))",
+         "(1 (1 bad) (2 plot))", "(4 (4 great) (2 acting))", "(0 (0 awful) (2 acting))"]
+RELATIONS = [("The <e1>company</e1> fabricates plastic <e2>chairs</e2>.", "Product-Producer(e2,e1)"),
+             ("A misty <e1>ridge</e1> uprises from the <e2>surge</e2>.", "Other")]
+
+
+@pytest.fixture(scope="module")
+def regressor(tmp_path_factory):
+    d = tmp_path_factory.mktemp("reg")
+    (d / "sst" / "trees").mkdir(parents=True)
+    for split, n in (("train", 8), ("dev", 1), ("test", 1)):
+        (d / "sst" / "trees" / f"{split}.txt").write_text("\n".join(TREES * n) + "\n")
+    out = d / "model"
+    assert main(["train", "--data", "sst5-regress", "--data-dir", str(d), "--out", str(out), "--epochs", "6",
+                 "--optimizer", "adam", "--lr", "0.05", *TINY]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def relation(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rel")
+    (d / "semeval2010_task8").mkdir()
+
+    def blocks(first, n):
+        return "".join(f'{first + i}\t"{RELATIONS[i % 2][0]}"\n{RELATIONS[i % 2][1]}\nComment:\n\n' for i in range(n))
+    (d / "semeval2010_task8" / "TRAIN_FILE.TXT").write_text(blocks(1, 40))
+    (d / "semeval2010_task8" / "TEST_FILE_FULL.TXT").write_text(blocks(8001, 4))
+    out = d / "model"
+    assert main(["train", "--data", "semeval", "--task", "relation", "--data-dir", str(d), "--out", str(out),
+                 "--epochs", "6", "--optimizer", "adam", "--lr", "0.05", *TINY]) == 0
+    return out
+
+
+def test_a_regressor_predicts_values(regressor, tmp_path, capsys):
+    f = tmp_path / "in.txt"
+    f.write_text("a fine film\nawful acting\n")
+    capsys.readouterr()
+    assert main(["predict", "--model", str(regressor), str(f), "--explain", "2"]) == 0
+    recs = _records(capsys)
+    assert [r["line"] for r in recs] == [1, 2] and all(isinstance(r["value"], float) for r in recs)
+    assert recs[0]["value"] > recs[1]["value"]                   # it learned the sign of the two
+    assert all(len(r["explanation"]["ngrams"]) == 2 for r in recs)
+
+
+def test_a_relation_classifier_reads_the_entity_markers_as_in_training(relation, tmp_path, capsys):
+    f = tmp_path / "in.txt"
+    f.write_text("\n".join(s for s, _ in RELATIONS) + "\n")
+    capsys.readouterr()
+    assert main(["predict", "--model", str(relation), str(f)]) == 0
+    recs = _records(capsys)
+    assert recs[0]["tokens"][:4] == ["the", "<e1>", "company", "</e1>"] and recs[0]["unknown"] == []
+    assert [r["label"] for r in recs] == [lab for _, lab in RELATIONS]
+    assert abs(sum(recs[0]["probabilities"].values()) - 1) < 1e-9

@@ -41,10 +41,9 @@ def explain_lines(run: Run, texts: Iterable[tuple[int, str]], top: int = 5, prog
     if run.task not in SENTENCE_TASKS:
         raise RnnlensError(f"explain --lines explains sentence-level models ({', '.join(SENTENCE_TASKS)}); this one "
                            f"is a {run.task!r} model: explain its texts one at a time")
-    tok = run.tokenizer
     out = []
     for no, text in texts:
-        tokens = tok(text)
+        tokens = run.tokenize(text)
         if not tokens:
             out.append({"line": no, "text": text, "tokens": [], "error": "no tokens"})
             continue

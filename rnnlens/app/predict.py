@@ -72,8 +72,7 @@ class Predictor:
 
     def records(self, texts: list[str]) -> list[dict]:
         """One record per text (same order)."""
-        tok = self.run.tokenizer
-        tokens = [tok(t) for t in texts]
+        tokens = [self.run.tokenize(t) for t in texts]
         out: list[dict | None] = [None] * len(texts)
         order = sorted(range(len(texts)), key=lambda i: len(tokens[i]))
         for s in range(0, len(order), self.batch_size):

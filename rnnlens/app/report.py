@@ -257,7 +257,7 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
     run = Run.load(model_dir, data_dir=data_dir)
     texts = list(sentences or [])
     for s in texts:
-        if not run.tokenizer(s):
+        if not run.tokenize(s):
             raise RnnlensError(f"--text {s!r} has no tokens: nothing to explain")
 
     def say(msg: str) -> None:
@@ -278,7 +278,7 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
         html, result["training_curves"] = curves(rows, c.model, c.fig_dir)
         sections.append(html)
         say("training curves")
-        items = _sample_items(c, texts, run.tokenizer, n_samples) if c.recurrent else []
+        items = _sample_items(c, texts, run.tokenize, n_samples) if c.recurrent else []
         html, result["samples"] = _samples_step(c, items, bool(texts), n_samples)
         sections.append(html)
         html, result["tsne"] = _tsne_step(c)

@@ -47,6 +47,15 @@ class Run:
     def tokenizer(self) -> Tokenizer:
         return Tokenizer(**self.meta.get("tokenizer", {}))
 
+    def tokenize(self, text: str) -> list[str]:
+        """A raw text's tokens as the model's training data was read: the run's tokenizer, and
+        for a relation classifier the SemEval entity markers <e1> </e1> <e2> </e2> kept whole."""
+        if self.task == "relation":
+            from ..data.semeval_conll import semeval_tokens
+
+            return semeval_tokens(text, self.tokenizer)
+        return self.tokenizer(text)
+
     def require_task(self, *tasks: str, what: str) -> None:
         """RnnlensError unless the run's task is one of `tasks`; `what` names the command."""
         if self.task not in tasks:

@@ -34,7 +34,7 @@ def cmd_explain(args) -> int:
             raise RnnlensError(f"cannot read {args.file}: {e}") from None
     run = _load_run(args)
     model, vocab = run.model, run.vocab
-    tokens = run.tokenizer(text)
+    tokens = run.tokenize(text)
     if not tokens:
         raise RnnlensError("the text is empty: nothing to explain")
     labels = run.labels

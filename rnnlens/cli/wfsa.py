@@ -32,7 +32,7 @@ def cmd_wfsa(args) -> int:
     cell = cells[0]
     if not 0 <= args.dim < cell.hidden_size:
         raise RnnlensError(f"--dim {args.dim} is out of range: the first layer has {cell.hidden_size} dimensions")
-    tokens = run.tokenizer(args.text)
+    tokens = run.tokenize(args.text)
     if not tokens:
         raise RnnlensError("the text is empty: nothing to score")
     ids = vocab.encode(tokens)
