@@ -46,6 +46,18 @@ def _table(tol, higher=True, rows=None):
                  rows or [])
 
 
+def test_a_row_above_the_paper_renders_flagged(tmp_path):
+    """The per-table markdown and HTML name a row far above the paper, not a traceback."""
+    from rnnlens.repro.render import markdown, to_html
+
+    row = Row("LSTM (SST, word2vec)", 85.1)
+    table = _table({"abs": 1.5}, rows=[row])
+    res = [RowResult(row, values=[87.0], budget="full")]
+    ctx = Context(out=tmp_path, progress=False)
+    assert "above the paper" in markdown(table, res, ctx)
+    assert "above the paper" in to_html(table, res, ctx)
+
+
 def test_tolerances():
     row = Row("GRU", 84.9)
     acc = _table({"abs": 1.5})

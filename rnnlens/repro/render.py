@@ -9,7 +9,7 @@ import json
 from datetime import datetime, timezone
 
 from . import Table
-from .run import Context, RowResult, mean_std, tolerance_for, within
+from .run import ABOVE, Context, RowResult, mean_std, tolerance_for, within
 
 
 def format_value(v, digits: int = 2) -> str:
@@ -78,7 +78,9 @@ def format_ours(line) -> str:
 
 
 def _ok(line) -> str:
-    return {True: "yes", False: "no", None: ""}[line["ok"]]
+    """The verdict column: yes, no, empty (no criterion), or "above the paper" (better than
+    the paper by more than the tolerance: flagged, not passed; rnnlens.repro.run.ABOVE)."""
+    return {True: "yes", False: "no", None: "", ABOVE: "above the paper"}[line["ok"]]
 
 
 def header(table: Table, ctx: Context) -> list[str]:
@@ -121,7 +123,7 @@ def to_html(table: Table, results: list[RowResult], ctx: Context) -> str:
     e = html.escape
     rows = []
     for line in lines_of(table, results):
-        cls = {True: "ok", False: "off", None: ""}[line["ok"]]
+        cls = {True: "ok", False: "off", None: "", ABOVE: "off"}[line["ok"]]
         rows.append("<tr>" + "".join(f'<td class="{cls if i == 5 else ""}">{e(c)}</td>'
                                      for i, c in enumerate(_cells(line))) + "</tr>")
     items = "".join(f"<li>{e(h)}</li>" for h in header(table, ctx))
