@@ -16,7 +16,7 @@ from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -229,9 +229,13 @@ def tiny_model(tmp_path_factory):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(text=st.one_of(TEXT, st.lists(st.sampled_from(["not", "good", "bad", "very", "the", "film", "!", "\u0085",
                                                       "\ud800", "é", "don't"]) | TEXT, max_size=12).map(" ".join)))
+@example(text="--").via("a failure once found")
+@example(text="-:").via("a failure once found")
 def test_explain_fuzz(tiny_model, capsys, text):
     capsys.readouterr()
-    code = main(["explain", "--model", str(tiny_model), text, "--json"])
+    # "--" before the text, as a user gives any text that may start with "-" (argparse would
+    # read "-:" as an option and "--" as the separator)
+    code = main(["explain", "--model", str(tiny_model), "--json", "--", text])
     out, err = capsys.readouterr()
     assert "Traceback" not in err
     if code == 2:                                  # only an empty text is refused
@@ -245,5 +249,5 @@ def test_explain_fuzz(tiny_model, capsys, text):
     assert all(math.isfinite(o[k]) for k in ("output", "offset", "ngram_total", "remainder"))
     assert abs(o["output"] - o["offset"] - o["ngram_total"] - o["remainder"]) < 1e-4
     assert abs(sum(g["score"] for g in o["ngrams"]) - o["ngram_total"]) < 1e-4
-    assert code == main(["explain", "--model", str(tiny_model), text]) == 0       # the table prints too
+    assert code == main(["explain", "--model", str(tiny_model), "--", text]) == 0       # the table prints too
     capsys.readouterr()
