@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import max_diff
+from conftest import copy_torch_weights, max_diff
 from rnnlens.analysis.attribution import NGramAttribution, _SplitRNN, ngram_contributions
 from rnnlens.analysis.ngrams import remainder, scores_ending_at
 from rnnlens.data.batching import Batch
@@ -54,13 +54,7 @@ class FinalStateModel(UserModel):
 def rnnlens_twin(user: UserModel, kind: str) -> RNNModel:
     cfg = ModelConfig(cell=kind, embedding_dim=E, hidden_size=H, output_bias=True, pooling=user.pooling)
     model = RNNModel(cfg, V, "classify", ["a", "b", "c"]).double()
-    cell = model.encoder.cells[0]
-    with torch.no_grad():
-        model.embedding.weight.copy_(user.emb.weight)
-        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-            getattr(cell, name).copy_(getattr(user.rnn, name + "_l0"))
-        model.head.out.weight.copy_(user.out.weight)
-        model.head.out.bias.copy_(user.out.bias)
+    copy_torch_weights(model, user)
     return model
 
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from conftest import max_diff
+from conftest import copy_torch_weights, max_diff
 from torch import nn
 
 from rnnlens.analysis.contextual import (
@@ -193,13 +193,7 @@ def native(kind, classes=3, pooling="final", **kw) -> RNNModel:
 
 def twin(user: UserModel, kind: str) -> RNNModel:
     model = native(kind, user.out.out_features)
-    cell = model.encoder.cells[0]
-    with torch.no_grad():
-        model.embedding.weight.copy_(user.emb.weight)
-        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-            getattr(cell, name).copy_(getattr(user.rnn, name + "_l0"))
-        model.head.out.weight.copy_(user.out.weight)
-        model.head.out.bias.copy_(user.out.bias)
+    copy_torch_weights(model, user)
     return model
 
 

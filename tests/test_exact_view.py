@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import max_diff
+from conftest import copy_torch_weights, max_diff
 from rnnlens.analysis import ngrams as ng
 from rnnlens.analysis.attribution import NGramAttribution
 from rnnlens.analysis.exact import token_shares
@@ -246,13 +246,7 @@ def test_torch_gru_and_rnnlens_gru_agree():
     torch.manual_seed(0)
     user = UserModel("gru").double()
     twin = model_for("gru")
-    cell = twin.encoder.cells[0]
-    with torch.no_grad():
-        twin.embedding.weight.copy_(user.emb.weight)
-        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-            getattr(cell, name).copy_(getattr(user.rnn, name + "_l0"))
-        twin.head.out.weight.copy_(user.out.weight)
-        twin.head.out.bias.copy_(user.out.bias)
+    copy_torch_weights(twin, user)
     x = torch.randint(1, V, (3, 7), generator=torch.Generator().manual_seed(4))
     a = NGramAttribution(user, view="exact").attribute(x, target=1)
     b = NGramAttribution(twin, view="exact").attribute(Batch(x, x.ne(0), x.ne(0).sum(1)), target=1)

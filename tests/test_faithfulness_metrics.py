@@ -11,7 +11,7 @@ import pytest
 import torch
 from captum.attr import Attribution
 from captum.metrics import infidelity, sensitivity_max
-from conftest import max_diff
+from conftest import max_diff, run_cli
 from torch import nn
 
 from rnnlens.analysis.attribution import NGramAttribution
@@ -19,7 +19,6 @@ from rnnlens.analysis.captum_adapter import NGramAttributionCaptum
 from rnnlens.analysis.faithfulness import METRICS, faithfulness, format_table
 from rnnlens.analysis.faithfulness_metrics import bin_sizes, drop_tokens, eraser, token_infidelity
 from rnnlens.analysis.token_attributions import METHODS, gradient_x_input, make_batch
-from rnnlens.cli import main
 from rnnlens.config import ModelConfig
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
@@ -293,21 +292,12 @@ def saved_model(path, cell="gru"):
     return path
 
 
-def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_cli_writes_the_new_columns(tmp_path, capsys):
     d = saved_model(tmp_path / "m")
     common = ["faithfulness", "--model", d, "--split", "dev", "--sentences", "5", "--max-k", "2", "--quiet",
               "--perturb-samples", "4"]
     out_json = tmp_path / "f.json"
-    code, out, err = run(capsys, *common, "--json", out_json)
+    code, out, err = run_cli(capsys, *common, "--json", out_json)
     assert code == 0, err
     assert "compr ^" in out and "suff v" in out and "infid v" in out and f"wrote {out_json}" in out
     res = json.loads(out_json.read_text())
@@ -315,25 +305,25 @@ def test_cli_writes_the_new_columns(tmp_path, capsys):
     for name, m in res["methods"].items():
         assert -1 <= m["comprehensiveness"] <= 1 and -1 <= m["sufficiency"] <= 1, name
         assert m["infidelity"] >= 0 and m["infidelity_se"] is not None, name
-    code, out, err = run(capsys, *common, "--methods", "grad-input", "random", "--metrics", "--json")
+    code, out, err = run_cli(capsys, *common, "--methods", "grad-input", "random", "--metrics", "--json")
     assert code == 0, err
     res = json.loads(out)
     assert set(res["methods"]) == {"grad-input", "random"} and res["metrics"] == []
     assert res["methods"]["random"]["comprehensiveness"] is None
     for bad, needle in ((["--methods", "lime"], "unknown method"), (["--metrics", "lime"], "unknown metric"),
                         (["--json", tmp_path / "no" / "f.json"], "does not exist")):
-        code, out, err = run(capsys, *common, *bad)
+        code, out, err = run_cli(capsys, *common, *bad)
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert code == 2 and len(lines) == 1 and needle in lines[0], err
 
 
 def test_cli_leaves_out_what_a_model_cannot_run(tmp_path, capsys):
     d = saved_model(tmp_path / "t", cell="transformer")
-    code, out, err = run(capsys, "faithfulness", "--model", d, "--split", "dev", "--sentences", "4", "--max-k", "2",
+    code, out, err = run_cli(capsys, "faithfulness", "--model", d, "--split", "dev", "--sentences", "4", "--max-k", "2",
                          "--quiet", "--metrics", "comprehensiveness", "--json")
     assert code == 0, err
     res = json.loads(out)
     assert "ngram" not in res["methods"] and "ig" in res["methods"]
     assert any(n.startswith("ngram left out") for n in res["notes"])
-    code, out, err = run(capsys, "faithfulness", "--model", d, "--split", "dev", "--methods", "ngram", "--quiet")
+    code, out, err = run_cli(capsys, "faithfulness", "--model", d, "--split", "dev", "--methods", "ngram", "--quiet")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
