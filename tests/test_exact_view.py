@@ -389,3 +389,41 @@ def test_exact_deletion_is_the_logit_change_of_deleting_each_token_for_an_mvma()
         for t in range(len(r)):
             want = sign * (f - logit(r[:t] + r[t + 1:]))
             assert abs(float(got[i, t]) - want) < 1e-9, (i, t)
+
+
+def test_exact_greedy_is_greedy_deletion_for_an_mvma():
+    """On MVMA-G the deletion reading is exact, so exact-greedy picks what greedy deletion by
+    brute force picks: each round, the remaining token whose removal lowers the target logit
+    most. The picks rank first, in pick order; the other tokens keep their exact-deletion
+    scores; rounds=0 is exact-deletion; a one-token row has no picks."""
+    from rnnlens.analysis.token_attributions import make_batch
+
+    torch.manual_seed(5)
+    cfg = ModelConfig(cell="mvma-g", embedding_dim=6, hidden_size=5, pooling="final", output_bias=True)
+    model = RNNModel(cfg, vocab_size=20, task="classify", labels=["neg", "pos"]).double().eval()
+    rows = [[3, 7, 2, 9, 4, 12, 5], [5, 6, 11], [8, 2, 14, 13, 17], [4]]   # no ties
+    b = make_batch(rows, "cpu")
+    single = METHODS["exact-deletion"](model, b)
+    assert max_diff(METHODS["exact-greedy"](model, b, rounds=0), single) == 0
+    got = METHODS["exact-greedy"](model, b, rounds=3)
+
+    def logit(r):
+        out = model(make_batch([r], "cpu"))
+        return float(out.reshape(-1)[0]) if out.shape[-1] == 1 else float(out[0, 1] - out[0, 0])
+
+    for i, r in enumerate(rows):
+        sign = 1.0 if logit(r) >= 0 else -1.0
+        alive, picks = list(range(len(r))), []
+        for _ in range(3):
+            if len(alive) < 2:
+                break
+            keep = [[r[j] for j in alive if j != k] for k in alive]
+            drops = [sign * (logit([r[j] for j in alive]) - logit(s)) for s in keep]
+            picks.append(alive.pop(max(range(len(drops)), key=drops.__getitem__)))
+        order = sorted(range(len(r)), key=lambda t: -float(got[i, t]))
+        assert order[: len(picks)] == picks, (i, order, picks)
+        for t in alive:
+            assert float(got[i, t]) == float(single[i, t])
+    assert float(got[3, 0]) == float(single[3, 0]) and bool((got[~b.mask] == 0).all())
+    with pytest.raises(RnnlensError, match="rounds"):
+        METHODS["exact-greedy"](model, b, rounds=-1)

@@ -16,6 +16,10 @@ the predicted label; a regression head: the output signed like the prediction).
                 (`NGramAttribution.attribute_tokens`); they add up to the output less the
                 offset
   exact-ngram   the same numbers through the exact view's n-gram matrix (`.tokens`)
+  exact-deletion  the exact view read as deletions: what removing each token alone does to
+                the output, to first order along the true trajectory
+  exact-greedy  exact-deletion re-linearised after each of its first picks (greedy
+                deletion; `rounds`, default 4): the picks ranked first, in order
   ig            captum LayerIntegratedGradients on the embedding layer, from the pad
                 embedding (token id 0), summed over the embedding dimension
   occlusion     captum Occlusion of one token's embedding at a time (replaced by a zero
@@ -31,6 +35,7 @@ torch.nn.RNN/GRU/LSTM); a plain module is only ever run on rows of equal length.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -185,6 +190,52 @@ def exact_deletion_tokens(model, batch: Batch, target=None, output=None, **_) ->
     return _signed(attr.tokens.detach(), kind, t) * batch.mask.to(attr.tokens.dtype)
 
 
+def exact_greedy_tokens(model, batch: Batch, target=None, output=None, rounds: int = 4,
+                        **_) -> torch.Tensor:
+    """[B,T] exact-deletion made greedy for its first `rounds` picks: delete the token the
+    view says hurts the target most, linearise again on the shortened sentence, pick the next,
+    and so on. A picked token scores its deletion effect at the moment it was picked (given the
+    deletions before it), raised where needed to just above the next pick's score, so that the
+    scores rank the picks in the order they were made and above every other token; the others
+    keep their single-deletion scores (exact-deletion on the whole sentence).
+
+    Single-token scores miss what deleting several tokens together does (a saturated
+    prediction, a negation and what it negates); re-linearising after each deletion follows
+    it. The cost is rounds + 1 exact-deletion passes. More rounds help deletion curves and
+    ERASER comprehensiveness and move the ranking away from single deletions (Spearman
+    against leave-one-out): on the SST-2 dev sentences of the full-budget GRU and LSTM, 4
+    rounds (the default) keep that Spearman at 0.86 and 0.90 where 7 drop it to 0.76 and 0.81.
+    For MVMA-G, whose view is the model, every pick is the exact greedy deletion."""
+    if rounds < 0:
+        raise RnnlensError(f"rounds must be >= 0, not {rounds}")
+    _, kind, t = prepare(model, batch, target, output)
+    first = exact_deletion_tokens(model, batch, t, output).detach()
+    scores = first.double().cpu()
+    rows = token_rows(batch)
+    alive = [list(range(len(r))) for r in rows]
+    picks: list[list[tuple[int, float]]] = [[] for _ in rows]
+    device = batch.tokens.device
+    for _ in range(rounds):
+        live = [b for b in range(len(rows)) if len(alive[b]) > 1]   # keep one token at least
+        if not live:
+            break
+        for group in length_groups([len(alive[b]) for b in live], len(live), equal=not is_native(model)):
+            idx = [live[i] for i in group]
+            sub = make_batch([[rows[b][i] for i in alive[b]] for b in idx], device)
+            est = exact_deletion_tokens(model, sub, t[idx], output).detach().double().cpu()
+            for j, b in enumerate(idx):
+                pos = int(est[j, : len(alive[b])].argmax())
+                picks[b].append((alive[b].pop(pos), float(est[j, pos])))
+    for b, chosen in enumerate(picks):
+        floor = max((float(scores[b, i]) for i in alive[b]), default=-math.inf)
+        for i, value in reversed(chosen):            # the last pick just above every other token
+            # (a step that stays a step in float32)
+            value = max(value, floor + 1e-5 * (1.0 + abs(floor))) if math.isfinite(floor) else value
+            scores[b, i] = value
+            floor = value
+    return scores.to(device=device, dtype=first.dtype) * batch.mask.to(first.dtype)
+
+
 def exact_ngram_tokens(model, batch: Batch, target=None, output=None, **_) -> torch.Tensor:
     """[B,T] n-gram attribution in the exact view, each n-gram at the token it starts at."""
     attr, sign = ngram_attributions(model, batch, target, output, view="exact")
@@ -271,7 +322,7 @@ METHODS: dict[str, Callable] = {"ngram": ngram_tokens, "ngram-shared": ngram_sha
                                 "ig": integrated_gradients, "occlusion": occlusion, "random": random_tokens,
                                 "grad-input": gradient_x_input,
                                 "exact": exact_tokens, "exact-ngram": exact_ngram_tokens,
-                                "exact-deletion": exact_deletion_tokens}
+                                "exact-deletion": exact_deletion_tokens, "exact-greedy": exact_greedy_tokens}
 # analysis/contextual.py adds "cd" (contextual decomposition) when it is imported, as
 # analysis/faithfulness.py does
 

@@ -254,7 +254,7 @@ def completion_row(ctx: Context, table: Table, row: Row) -> RowResult:
 
 # --- faithfulness of explanations --------------------------------------------------------------
 
-OURS = ("ngram", "ngram-shared", "exact", "exact-ngram", "exact-deletion")   # rnnlens's own views
+OURS = ("ngram", "ngram-shared", "exact", "exact-ngram", "exact-deletion", "exact-greedy")   # rnnlens's own views
 THEIRS = ("ig", "occlusion", "cd")                            # the best-known alternatives
 FAITH_METRICS = (("AOPC", "aopc"), ("Spearman", "spearman"), ("comprehensiveness", "comprehensiveness"),
                  ("sufficiency", "sufficiency"), ("infidelity", "infidelity"))
