@@ -17,6 +17,10 @@ matmul), a torch built without oneDNN, empty operands, or inputs that need grad 
 `mm`. The
 reference is torch's own product; tests/test_linear.py compares values and gradients.
 `set_enabled(False)` (or RNNLENS_ONEDNN=0 in the environment) turns the oneDNN route off.
+The C++ scans (csrc/affine_scan.cpp) lay their recurrent weight out once per call for
+oneDNN (`mkldnn::_reorder_linear_weight`) and reuse it at every step: on 2 threads a
+[32,256] x [256,768] product then takes about 40 us instead of 70. RNNLENS_ONEDNN_PACK=0
+keeps the plain weight (for comparing the two).
 
 Under torch.autocast with a lower-precision dtype (bfloat16, float16) `linear` is
 torch.nn.functional.linear, so it computes and returns what F.linear does there (bfloat16
