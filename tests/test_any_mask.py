@@ -6,7 +6,7 @@ is that of the initial state. The same holds through gradient checkpointing over
 (encoder.run_cell, gradients included), through RNNModel, and for the streamed top-k n-grams."""
 import pytest
 import torch
-from conftest import max_diff
+from tests.support import max_diff
 
 from rnnlens.analysis.ngrams import ngram_scores, top_ngrams
 from rnnlens.cells import CELLS

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import max_diff
 from rnnlens.analysis.approx import accumulated_error, approx_error, counted_positions, one_step_error
 from rnnlens.cells import CELLS, GRU, Elman
 from rnnlens.cli import main

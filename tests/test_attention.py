@@ -10,6 +10,7 @@ import torch
 from rnnlens.analysis import attention as A
 from rnnlens.analysis import attention_report as AR
 from rnnlens.data.conllu import DepSentence, read_conllu
+from tests.support import train_tiny, write_tiny_corpus
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 
@@ -361,36 +362,6 @@ def test_plots_write_pngs(tmp_path):
 
 # --- the command line ----------------------------------------------------------------------
 
-CORPUS_WORDS = {"nouns": ["dog", "cat", "man", "woman", "bird"], "verbs": ["sees", "likes", "chases", "hears"],
-                "adj": ["big", "small", "red", "old"]}
-
-
-def write_tiny_corpus(root):
-    """A ptb/ folder of short generated sentences: the shape rnnlens' PTB loader reads."""
-    import random
-
-    rng = random.Random(0)
-    w = CORPUS_WORDS
-
-    def sent():
-        return " ".join(["the", *rng.sample(w["adj"], rng.randint(0, 3)), rng.choice(w["nouns"]),
-                         rng.choice(w["verbs"]), "the", rng.choice(w["nouns"])])
-
-    (root / "ptb").mkdir(parents=True)
-    for name, k in (("train", 200), ("valid", 20), ("test", 20)):
-        (root / "ptb" / f"ptb.{name}.txt").write_text("\n".join(sent() for _ in range(k)) + "\n")
-    return root
-
-
-def train_tiny(root, out, *extra):
-    from rnnlens.cli import main
-
-    args = ["train", "--corpus", "ptb", "--data-dir", str(root), "--sentence-level", "true", "--cell", "lstm",
-            "--embedding-dim", "8", "--hidden-size", "8", "--epochs", "1", "--quiet", "--out", str(out), *extra]
-    assert main(args) == 0
-    return out
-
-
 @pytest.fixture(scope="module")
 def rm_models(tmp_path_factory):
     root = write_tiny_corpus(tmp_path_factory.mktemp("corpus"))
@@ -410,7 +381,7 @@ PARSES = ("1\tthe\t_\t_\t_\t_\t2\tdet\t_\t_\n2\tdog\t_\t_\t_\t_\t3\tnsubj\t_\t_\
 def test_attention_command_end_to_end(rm_models, tmp_path, capsys):
     import json
 
-    from test_cli import run
+    from tests.support import run_cli as run
 
     _, rm, _ = rm_models
     data = tmp_path / "sents.txt"
@@ -437,7 +408,7 @@ def test_attention_command_end_to_end(rm_models, tmp_path, capsys):
 
 
 def test_attention_command_errors(rm_models, tmp_path, capsys):
-    from test_cli import assert_clean_error, run
+    from tests.support import assert_clean_error, run_cli as run
 
     _, rm, lstm = rm_models
     data = tmp_path / "s.txt"
@@ -497,7 +468,7 @@ def test_report_of_a_memory_model(rm_models, tmp_path, capsys):
     architecture names the block, split sizes count tokens (one example per sentence)."""
     import json
 
-    from test_cli import run
+    from tests.support import run_cli as run
 
     root, rm, _ = rm_models
     out = tmp_path / "rep"

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import copy_torch_weights, max_diff
+from tests.support import copy_torch_weights, max_diff
 from rnnlens.analysis.attribution import NGramAttribution, _SplitRNN, ngram_contributions
 from rnnlens.analysis.ngrams import remainder, scores_ending_at
 from rnnlens.data.batching import Batch

@@ -4,7 +4,7 @@ decompositions, the fast engine against the dense reference, and training in a m
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import max_diff
 from rnnlens.analysis.ngrams import explain, ngram_vectors
 from rnnlens.cells import CELLS
 from rnnlens.cells.baselines import BASELINE_CELLS, MM, MVMR, VAEW, VAW, VM

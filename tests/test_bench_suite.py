@@ -4,7 +4,7 @@ About 20 s on 2 busy cores: tiny sizes, one thread, the timings in one child pro
 import sys
 
 import pytest
-from conftest import REPO
+from tests.support import REPO
 
 HEADER = "| measurement | value | target | result |"
 

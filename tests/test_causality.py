@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import max_diff
+from tests.support import max_diff
 
 from rnnlens.cells import CELLS
 from rnnlens.data.batching import Batch

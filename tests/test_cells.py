@@ -3,28 +3,9 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import max_diff
+from tests.support import E, H, make, max_diff, padded_batch
 from rnnlens.cells import CELLS, from_torch
 from rnnlens.errors import RnnlensError
-
-E, H = 5, 4
-
-
-def make(name, dtype=torch.float64):
-    torch.manual_seed(1)
-    cell = CELLS[name](E, H).to(dtype)
-    with torch.no_grad():  # biases away from torch's small default so they matter
-        for n, p in cell.named_parameters():
-            if "bias" in n:
-                p.uniform_(-1, 1)
-    return cell
-
-
-def padded_batch(dtype=torch.float64):
-    lengths = torch.tensor([6, 3, 1, 5])
-    x = torch.randn(4, 6, E, dtype=dtype)
-    mask = torch.arange(6)[None] < lengths[:, None]
-    return x, mask, lengths
 
 
 @pytest.mark.parametrize("name", list(CELLS))

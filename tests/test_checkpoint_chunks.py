@@ -3,7 +3,7 @@ same outputs, final states and gradients as one call, padded batches and recurre
 included; cells that cannot be split refuse."""
 import pytest
 import torch
-from conftest import max_diff
+from tests.support import max_diff
 
 from rnnlens.cells import CELLS
 from rnnlens.data.batching import Batch

@@ -9,26 +9,8 @@ import pytest
 import torch
 
 from rnnlens.cli import main
-
-TINY = ["--embedding-dim", "8", "--hidden-size", "8", "--epochs", "1", "--quiet"]
-
-
-def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as e:             # argparse's usage errors (a bad flag value): exit code 2 too
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_clean_error(code, err, *needles):
-    assert code == 2
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    for n in needles:
-        assert n in lines[0], lines[0]
+from tests.support import TINY, assert_clean_error
+from tests.support import run_cli as run
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli
+from tests.support import REPO, run_cli
 from rnnlens.cli import main
 
 PIPE_CLOSED = 141            # 128 + SIGPIPE: what the shell reports for `cat big | head -1`

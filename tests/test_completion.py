@@ -126,7 +126,7 @@ def test_completion_counts_unknown_candidates_and_needs_an_lm():
 
 @pytest.fixture(scope="module")
 def lm_models(tmp_path_factory):
-    from test_attention import train_tiny, write_tiny_corpus
+    from tests.support import train_tiny, write_tiny_corpus
 
     root = write_tiny_corpus(tmp_path_factory.mktemp("corpus"))
     models = tmp_path_factory.mktemp("models")
@@ -149,7 +149,7 @@ def test_complete_command_end_to_end(lm_models, tmp_path, capsys, kind):
     from rnnlens.analysis.lm import sentence_logprobs
     from rnnlens.data.tokenize import Tokenizer
     from rnnlens.train.checkpoint import load_checkpoint
-    from test_cli import run
+    from tests.support import run_cli as run
 
     q = tmp_path / "q.csv"
     q.write_text(QUESTIONS)
@@ -176,7 +176,7 @@ def test_complete_command_end_to_end(lm_models, tmp_path, capsys, kind):
 
 
 def test_complete_command_errors(lm_models, tmp_path, capsys):
-    from test_cli import assert_clean_error, run
+    from tests.support import assert_clean_error, run_cli as run
 
     bad = tmp_path / "q.txt"
     bad.write_text("1a) x [a] y\n1b) x b y\n")
@@ -194,7 +194,7 @@ def test_complete_command_errors(lm_models, tmp_path, capsys):
 
 def test_complete_command_refuses_a_classifier(tmp_path, capsys):
     from rnnlens.cli import main
-    from test_cli import TINY, assert_clean_error, run
+    from tests.support import TINY, assert_clean_error, run_cli as run
 
     clf = tmp_path / "clf"
     assert main(["train", "--out", str(clf), *TINY]) == 0

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from conftest import copy_torch_weights, max_diff
+from tests.support import copy_torch_weights, max_diff
 from torch import nn
 
 from rnnlens.analysis.contextual import (

@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import max_diff
 from rnnlens.heads.crf import LinearChainCRF, bio_constraints, iobes_constraints
 
 D = torch.float64

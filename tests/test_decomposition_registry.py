@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import max_diff
+from tests.support import max_diff
 from rnnlens.analysis import ngrams as ng
 from rnnlens.analysis.attribution import NGramAttribution, ngram_contributions
 from rnnlens.cells import CELLS, from_torch

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import KILLER, REPO, max_diff
+from tests.support import KILLER, REPO, max_diff
 
 dist = pytest.importorskip("torch.distributed")
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),

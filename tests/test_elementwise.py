@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import max_diff
 from rnnlens.errors import RnnlensError
 from rnnlens.ops.elementwise import default_chunk, elementwise_scan, elementwise_scan_ref
 from rnnlens.ops.semiring import LOG, MAX_PLUS, MIN_PLUS, REAL, SEMIRINGS, Semiring, get_semiring

@@ -2,7 +2,7 @@
 have the same states (float64, 1e-12), and the paper's WFSA gives the same prefix scores."""
 import pytest
 import torch
-from conftest import max_diff
+from tests.support import max_diff
 
 from rnnlens.analysis.compile_cells import compile_isan, compile_qrnn2, make_qrnn2
 from rnnlens.analysis.wfsa import compile_wfsa, make_isan, make_ngram

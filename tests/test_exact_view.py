@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import copy_torch_weights, max_diff
+from tests.support import copy_torch_weights, max_diff
 from rnnlens.analysis import ngrams as ng
 from rnnlens.analysis.attribution import NGramAttribution
 from rnnlens.analysis.exact import token_shares
@@ -335,7 +335,7 @@ def model_dir(tmp_path_factory):
 def test_explain_and_report_take_the_view(model_dir, tmp_path, capsys):
     import json
 
-    from test_cli import assert_clean_error, run
+    from tests.support import assert_clean_error, run_cli as run
 
     code, out, _ = run(capsys, "explain", "--model", model_dir, "the plot was not dull", "--json", "--view", "exact")
     d = json.loads(out)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import max_diff
+from tests.support import max_diff
 from rnnlens.analysis.faithfulness import deletion_curves, faithfulness, format_table
 from rnnlens.analysis.token_attributions import (
     METHODS, integrated_gradients, leave_one_out, occlusion, score_sequences)
@@ -367,8 +367,8 @@ def test_faithfulness_passes_its_options_to_every_method():
 
 def gru_first_order(model, row):
     """For an RNNModel with one GRU layer: (h_T, v[T, i] for every start i) of one unpadded row,
-    run by torch's GRUCell with the model's weights in float64 (see test_readme)."""
-    from test_readme import first_order_ngrams, torch_step
+    run by torch's GRUCell with the model's weights in float64 (see support.first_order_ngrams)."""
+    from tests.support import first_order_ngrams, torch_step
 
     cell = model.encoder.cells[0]
     x = model.embedding.weight.detach().double()[torch.tensor(row)]

@@ -11,7 +11,7 @@ import pytest
 import torch
 from captum.attr import Attribution
 from captum.metrics import infidelity, sensitivity_max
-from conftest import max_diff, run_cli
+from tests.support import max_diff, run_cli
 from torch import nn
 
 from rnnlens.analysis.attribution import NGramAttribution

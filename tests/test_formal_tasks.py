@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from conftest import REPO
+from tests.support import REPO
 from rnnlens.analysis.agreement import agreement_lm_eval
 from rnnlens.analysis.breakdown import error_table, max_error_over_epochs, peak_error_by_epoch, read_metrics
 from rnnlens.data.batching import Batch, BPTTIterator, Example, collate

@@ -5,7 +5,7 @@ mode, batch- and time-major; the paths the kernels cannot take fall back to the 
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import max_diff
 from rnnlens.cells import CELLS, from_torch
 from rnnlens.cells.classic import CLASSIC
 

@@ -2,10 +2,9 @@
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import E, make, max_diff, padded_batch
 from rnnlens.cells import CELLS
 from rnnlens.cells.base import LinearView
-from test_cells import E, make, padded_batch
 
 # max-plus cells have views in their own semiring (tests/test_rational.py)
 REAL_VIEWS = [n for n in CELLS if "maxplus" not in n]

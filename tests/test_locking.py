@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import REPO, run_cli
+from tests.support import REPO, run_cli
 from rnnlens.errors import RnnlensError
 from rnnlens.train import resume
 from rnnlens.train.checkpoint import output_dir

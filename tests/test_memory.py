@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import max_diff
+from tests.support import max_diff
 
 from rnnlens.analysis.lm import sentence_batch, sentence_logprobs, token_logprobs
 from rnnlens.analysis.ngrams import explain
@@ -236,7 +236,7 @@ def test_padded_batch_equals_each_sentence_alone(memory):
 def lstm_states(model, row):
     """h_t [L,H] of the model's first LSTM layer on one unpadded row, run by torch.nn.LSTMCell
     with its weights in float64."""
-    from test_readme import torch_step
+    from tests.support import torch_step
 
     cell = model.encoder.lower.cells[0]
     H = cell.hidden_size
@@ -407,7 +407,7 @@ def test_linear_view_explains_the_lstm_below_the_block():
     with torch.no_grad():
         ex = explain(view, w, states)
     # the n-grams and the state, rebuilt from torch's LSTMCell unrolled to first order
-    from test_readme import first_order_ngrams, torch_step
+    from tests.support import first_order_ngrams, torch_step
 
     cell = model.encoder.lower.cells[0]
     for b in range(len(batch)):
@@ -562,7 +562,7 @@ def test_ngram_attribution_adds_up_through_the_block(memory):
 
     # independently: w_t = df/dh_t for the LSTM's outputs h_t (autograd, the layers above
     # kept), v_{i:t} from torch's LSTMCell unrolled to first order (the [c; h] state)
-    from test_readme import first_order_ngrams, torch_step
+    from tests.support import first_order_ngrams, torch_step
 
     leaf = {}
 

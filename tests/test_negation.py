@@ -18,8 +18,8 @@ from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
 from rnnlens.train.checkpoint import save_checkpoint
 from rnnlens.config import Config, ModelConfig
-from test_cli import assert_clean_error as _one_line_error
-from test_cli import run as _run
+from tests.support import assert_clean_error as _one_line_error
+from tests.support import run_cli as _run
 
 # --- the lexicon and the extraction -------------------------------------------------
 

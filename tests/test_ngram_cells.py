@@ -4,13 +4,12 @@ dense reference (outputs, final states, every gradient)."""
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import E, make, max_diff, padded_batch
 from rnnlens.analysis.ngrams import explain, ngram_vectors
 from rnnlens.cells import CELLS, from_torch
 from rnnlens.cells.baselines import BASELINE_CELLS
 from rnnlens.cells.ngram import NGRAM_CELLS, GRUApprox, MVMA
 from rnnlens.ops.affine import affine_scan, affine_scan_ref
-from test_cells import E, make, padded_batch
 
 H = 4
 

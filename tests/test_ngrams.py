@@ -3,11 +3,10 @@ first-order remainder of GRU/LSTM shrinking with the weights."""
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import E, make, max_diff, padded_batch
 from rnnlens.analysis.ngrams import (explain, initial_part, ngram_scores, ngram_vectors, remainder,
                                      scores_ending_at)
 from rnnlens.cells import CELLS, DenseView
-from test_cells import E, make, padded_batch
 
 # max-plus cells have views in their own semiring (tests/test_rational.py)
 REAL_VIEWS = [n for n in CELLS if "maxplus" not in n]

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from conftest import run_cli
+from tests.support import run_cli
 from rnnlens.cells import CELLS
 from rnnlens.errors import RnnlensError
 from rnnlens.ops import linear as L

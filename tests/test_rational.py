@@ -2,11 +2,10 @@
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import E, H, make, max_diff, padded_batch
 from rnnlens.analysis.ngrams import ngram_vectors
 from rnnlens.cells import CELLS
 from rnnlens.cells.rational import RRNNB, RRNNC, NGramRational
-from test_cells import E, H, make, padded_batch
 
 RATIONAL = [n for n in CELLS if n.startswith("rrnn")]
 

@@ -8,55 +8,12 @@ import subprocess
 import tomllib
 
 import torch
-from torch import nn
 
-from conftest import REPO, max_diff
+from tests.support import REPO, first_order_ngrams, max_diff, torch_step
 
 
 def blocks(lang):
     return re.findall(rf"```{lang}\n(.*?)```", (REPO / "README.md").read_text(), re.S)
-
-
-# --- an independent first-order view ------------------------------------------------------------
-def torch_step(kind: str, cell):
-    """step(x[E], s[S]) -> s'[S] of one GRU/LSTM layer in float64, run by torch.nn.GRUCell /
-    LSTMCell with `cell`'s weights (anything holding weight_ih, weight_hh, bias_ih, bias_hh
-    in torch's layout, or a torch.nn.GRU/LSTM's layer 0). The LSTM's state is [c; h]."""
-    def param(name):
-        return getattr(cell, name) if hasattr(cell, name) else getattr(cell, name + "_l0")
-
-    W_ih = param("weight_ih")
-    H = param("weight_hh").shape[1]
-    E = W_ih.shape[1]
-    tc = (nn.GRUCell if kind == "gru" else nn.LSTMCell)(E, H).double()
-    with torch.no_grad():
-        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-            getattr(tc, name).copy_(param(name).detach().double())
-    if kind == "gru":
-        return lambda x, s: tc(x[None], s[None])[0]
-
-    def lstm(x, s):
-        h, c = tc(x[None], (s[None, H:], s[None, :H]))
-        return torch.cat([c[0], h[0]])
-    return lstm
-
-
-def first_order_ngrams(step, xs: torch.Tensor, S: int) -> torch.Tensor:
-    """v[t, i] = A(x_t) ... A(x_{i+1}) g(x_i) for xs [T,E] (float64), with g(x) = step(x, 0)
-    and A(x) = d step(x, s) / ds at s = 0 (autograd's Jacobian): [T(end), T(start), S],
-    zero for i > t. The unrolling of DESIGN.md's first-order view, written out directly."""
-    T = xs.shape[0]
-    zero = xs.new_zeros(S)
-    g = [step(x, zero).detach() for x in xs]
-    A = [torch.autograd.functional.jacobian(lambda s, x=x: step(x, s), zero) for x in xs]
-    v = xs.new_zeros(T, T, S)
-    for t in range(T):
-        for i in range(t + 1):
-            vec = g[i]
-            for k in range(i + 1, t + 1):
-                vec = A[k] @ vec
-            v[t, i] = vec
-    return v
 
 
 # --- the two commands -------------------------------------------------------------------------

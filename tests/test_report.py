@@ -16,7 +16,7 @@ import torch
 
 from rnnlens.cli import main
 from rnnlens.viz import report as R
-from test_cli import assert_clean_error, run
+from tests.support import assert_clean_error, run_cli as run
 
 TINY = ["--embedding-dim", "8", "--hidden-size", "8", "--epochs", "2", "--quiet"]
 SCRIPT = "<script>alert(1)</script>"
@@ -55,10 +55,10 @@ def tsv_report(tsv_model, tmp_path_factory):
 def gru_parts(model_dir, tokens, sign=1.0):
     """The binary GRU classifier's logit for `tokens`, split as the report splits it, computed
     without rnnlens's forward: torch's GRUCell in float64 with the checkpoint's weights, its
-    first-order n-grams v_{i:T} (test_readme.first_order_ngrams), the head's row w and bias b.
+    first-order n-grams v_{i:T} (support.first_order_ngrams), the head's row w and bias b.
     output = w.h_T + b, offset = b, ngram_total = w.sum_i v_{i:T}, remainder = w.(h_T - sum_i v_{i:T}),
     scores[i] = w.v_{i:T}; all times `sign` (-1: the logit read toward the first label)."""
-    from test_readme import first_order_ngrams, torch_step
+    from tests.support import first_order_ngrams, torch_step
 
     from rnnlens.train.checkpoint import load_checkpoint
 
@@ -349,7 +349,7 @@ def test_per_token_views_of_tag_and_lm_models(task):
     if task == "tag":
         # the emission score of the tag predicted at t is linear in h_t: its n-gram i..t
         # contributes W[tag] . v_{i:t} (torch's GRUCell unrolled to first order)
-        from test_readme import first_order_ngrams, torch_step
+        from tests.support import first_order_ngrams, torch_step
 
         cell = model.encoder.cells[0]
         x = model.embedding.weight.detach().double()[torch.tensor(vocab.encode(["the", "cat", "sat", "down"]))]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, shared_data_dir
+from tests.support import REPO, shared_data_dir
 from rnnlens.cli import main
 from rnnlens.repro import Row, Table, load_tables
 from rnnlens.repro.render import lines_of, markdown, to_html

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from conftest import KILLER, REPO, max_diff
+from tests.support import KILLER, REPO, max_diff
 from rnnlens.cli import main
 from rnnlens.data.batching import BatchIterator, BPTTIterator, Example, SentenceIterator
 from rnnlens.data.vocab import Vocab

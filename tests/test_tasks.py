@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import max_diff
 from rnnlens.data.batching import Batch, BPTTIterator, Example, collate
 from rnnlens.data.vocab import Vocab
 from rnnlens.encoder import reverse_padded
@@ -171,7 +171,7 @@ def test_train_with_frozen_pretrained_vectors(tmp_path, capsys):
 
 
 def test_configs_are_valid_with_every_budget():
-    from conftest import REPO
+    from tests.support import REPO
     from rnnlens.config import load_config_file
     files = sorted((REPO / "configs").glob("*.json"))
     assert len(files) >= 19

@@ -4,7 +4,7 @@ import os
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import max_diff
 from rnnlens.data.batching import BatchIterator
 from rnnlens.data.synthetic import PolarityCorpus
 from rnnlens.data.vocab import Vocab

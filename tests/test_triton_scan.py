@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from conftest import max_diff
+from tests.support import max_diff
 
 from rnnlens.errors import RnnlensError
 from rnnlens.ops import triton_scan

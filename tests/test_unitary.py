@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import max_diff
+from tests.support import max_diff
 from rnnlens.analysis.ngrams import initial_part, ngram_vectors
 from rnnlens.analysis.unitary import (average_effect, frobenius_table, phrase_embedding, plane_similarity,
                                       prediction_basis, projection, signature, word_matrices)

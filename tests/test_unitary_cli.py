@@ -6,12 +6,11 @@ import math
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import assert_clean_error, max_diff, run_cli as run
 from rnnlens.analysis.unitary import average_effect, projection, signature, word_matrices
 from rnnlens.cli import main
 from rnnlens.data.formal import BRACKETS
 from rnnlens.train.checkpoint import load_checkpoint, save_checkpoint
-from test_cli import assert_clean_error, run
 
 # embedding 6 = the strict upper triangle of a 4 x 4 matrix: the embedding *is* the generator
 TINY = ["--task", "dyck", "--embedding-dim", "6", "--hidden-size", "4", "--train-size", "128",

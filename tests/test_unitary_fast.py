@@ -6,7 +6,7 @@ the scan's low-rank application of Q (lowrank_apply) against Q p."""
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import max_diff
 from rnnlens.cells import unitary
 from rnnlens.cells.unitary import URN
 from rnnlens.ops import expm

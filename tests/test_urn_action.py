@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import max_diff
 from rnnlens.cells import linear_rnn, unitary
 from rnnlens.cells.linear_rnn import LinearRNN
 from rnnlens.cells.unitary import URN

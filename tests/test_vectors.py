@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from test_cli import assert_clean_error, run
+from tests.support import assert_clean_error, run_cli as run
 
 from rnnlens.data.vectors import load_vectors
 from rnnlens.data.vocab import Vocab

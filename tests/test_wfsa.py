@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import torch
 
-from conftest import max_diff
+from tests.support import max_diff
 from rnnlens.analysis.wfsa import make_b, make_c, make_f, make_isan, make_ngram
 from rnnlens.analysis.wfsa_core import WFSA, Path, Transition, path_ngram
 from rnnlens.errors import RnnlensError
