@@ -14,6 +14,7 @@ from rnnlens.cli import main
 from rnnlens.data.tokenize import Tokenizer
 from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
+from tests.support import FIXTURES as FIX
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
@@ -108,7 +109,6 @@ RANDOM_CONTENT = st.one_of(
     st.lists(LINE, max_size=8).map(lambda ls: "\n".join(ls).encode("utf-8", "surrogatepass")),
     st.binary(max_size=80),
 )
-FIX = Path(__file__).resolve().parent / "fixtures"
 AGREEMENT_TEXT = "the keys to the cabinet are here\nthe key is here\n"
 # A valid file of each format, which the generator then breaks a little (so that the
 # readers get past their first check and their later ones are exercised too).

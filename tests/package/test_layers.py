@@ -6,7 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "rnnlens"
+from tests.support import REPO
+
+PACKAGE = REPO / "rnnlens"
 
 # top-level module or subpackage of rnnlens -> its layer (higher may import lower)
 LAYERS = {
@@ -33,7 +35,7 @@ def _layer(module: str) -> int:
     parts = module.split(".")
     if len(parts) == 1:
         return TOP
-    assert parts[1] in LAYERS, f"{module}: give rnnlens.{parts[1]} a layer in tests/test_layers.py"
+    assert parts[1] in LAYERS, f"{module}: give rnnlens.{parts[1]} a layer in tests/package/test_layers.py"
     return LAYERS[parts[1]]
 
 

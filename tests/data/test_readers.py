@@ -16,8 +16,7 @@ from rnnlens.data import readers as R
 from rnnlens.data import semeval_conll as SC
 from rnnlens.data.batching import Example
 from rnnlens.errors import RnnlensError
-
-FIX = Path(__file__).resolve().parent / "fixtures"
+from tests.support import FIXTURES as FIX
 
 
 def write(tmp_path, name, text: str) -> Path:

@@ -2,7 +2,6 @@
 analysis/attention_report.py): every function on small attention tensors whose answers are
 worked out by hand in the comments."""
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import torch
@@ -10,9 +9,8 @@ import torch
 from rnnlens.analysis import attention as A
 from rnnlens.analysis import attention_report as AR
 from rnnlens.data.conllu import DepSentence, read_conllu
-from tests.support import train_tiny, write_tiny_corpus
+from tests.support import FIXTURES as FIX, train_tiny, write_tiny_corpus
 
-FIX = Path(__file__).resolve().parent / "fixtures"
 
 # Two rows, T = 4, memory of N = 3 words (slots k = 0, 1, 2 hold x_t, x_{t-1}, x_{t-2}).
 # Row 0 has 4 positions, row 1 has 2 (then padding, where the block gives zeros).

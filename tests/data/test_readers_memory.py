@@ -7,8 +7,8 @@ import pytest
 from rnnlens.data import conllu, msr
 from rnnlens.data.tokenize import Tokenizer
 from rnnlens.errors import RnnlensError
+from tests.support import FIXTURES as FIX
 
-FIX = Path(__file__).resolve().parent / "fixtures"
 Q_CSV, A_CSV = FIX / "msr_questions.csv", FIX / "msr_answers.csv"
 Q_TXT, A_TXT = FIX / "msr_questions.machine.txt", FIX / "msr_answers.machine.txt"
 

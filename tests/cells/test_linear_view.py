@@ -6,7 +6,7 @@ from tests.support import E, make, max_diff, padded_batch
 from rnnlens.cells import CELLS
 from rnnlens.cells.base import LinearView
 
-# max-plus cells have views in their own semiring (tests/test_rational.py)
+# max-plus cells have views in their own semiring (tests/cells/test_rational.py)
 REAL_VIEWS = [n for n in CELLS if "maxplus" not in n]
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -10,8 +9,8 @@ from rnnlens.cli import main
 from rnnlens.repro import Row, Table, load_tables
 from rnnlens.repro.records import default_results_dir, portable, read_run, read_tables
 from rnnlens.repro.report import render, table_markdown
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 ROW = "3-TURN (50"          # urn-dyck's 3-TURN row: a tiny run takes a second
 
 

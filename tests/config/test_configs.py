@@ -1,13 +1,13 @@
 """Every config file in configs/ loads with every budget, and names a registered cell."""
 import json
-from pathlib import Path
 
 import pytest
 
 from rnnlens.cells import CELLS
 from rnnlens.config import load_config_file
+from tests.support import REPO
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.json"))
+CONFIGS = sorted((REPO / "configs").glob("*.json"))
 
 
 def test_there_are_configs():

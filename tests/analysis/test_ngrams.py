@@ -8,7 +8,7 @@ from rnnlens.analysis.ngrams import (explain, initial_part, ngram_scores, ngram_
                                      scores_ending_at)
 from rnnlens.cells import CELLS, DenseView
 
-# max-plus cells have views in their own semiring (tests/test_rational.py)
+# max-plus cells have views in their own semiring (tests/cells/test_rational.py)
 REAL_VIEWS = [n for n in CELLS if "maxplus" not in n]
 
 

@@ -2,7 +2,6 @@
 scorer, and a memory network whose hand-set output weights make one candidate clearly most
 probable (unidirectional and with a bidirectional block), against hand-computed scores."""
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +13,7 @@ from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
 from rnnlens.config import ModelConfig
-
-FIX = Path(__file__).resolve().parent / "fixtures"
+from tests.support import FIXTURES as FIX
 
 
 class Bigram:
