@@ -1,7 +1,7 @@
 """Cells that are not elementwise RRNNs compiled into the WFSAs of the rational-recurrences
 paper (Peng, Schwartz, Thomson and Smith, EMNLP 2018): the 2-window QRNN's automaton of
 Appendix A (Proposition 11) and ISAN's automata of Appendix C (Proposition 13). The cells
-themselves are in rnnlens.cells.equivalences; tests/test_equivalences.py checks the prefix
+themselves are in rnnlens.cells.equivalences; tests/cells/test_equivalences.py checks the prefix
 scores against the cells' states.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 as code: six published models, each written plainly from its own paper's equations (the
 `*Ref` modules of cells/references.py: a per-step Python loop, parameters named as in that
 paper), and `as_rational(module)` here, the rnnlens cell with exactly the same state
-trajectory, built from the module's weights. tests/test_equivalences.py checks the states
+trajectory, built from the module's weights. tests/cells/test_equivalences.py checks the states
 to 1e-12 in float64 and, for the elementwise models, the prefix scores of the WFSA the
 paper names.
 
@@ -104,7 +104,7 @@ class QRNN2(Cell):
     v_{t-1} is the previous real token of the row (v_0 = 0 at the start of every call; the
     window does not reach into a carried state, which holds c only). Because step needs
     v_{t-1}, step(x_t, s, x_prev) takes it explicitly; the generic contract's step(x_t, s)
-    (used by tests/test_linear_view.py's Jacobian check) would see x_prev = 0, which is why
+    (used by tests/cells/test_linear_view.py's Jacobian check) would see x_prev = 0, which is why
     this cell is not registered in CELLS."""
 
     def __init__(self, input_size: int, hidden_size: int):

@@ -17,7 +17,7 @@ first k rows with k-truncation): S = T - T^T (`skew_ref`, `skew_index`, `triangl
 
 Everything is computed in float64 (or float32, for the action) and returned in the input's
 dtype; the tests compare every fast path with its reference in values and gradients
-(tests/test_unitary_fast.py, tests/test_urn_action.py).
+(tests/ops/test_expm.py, tests/ops/test_expm_action.py).
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def skew_matrix_exp(S: torch.Tensor) -> torch.Tensor:
     """expm(S) of real skew-symmetric S[N,n,n] (the URN's generators), computed in float64
     and returned in S's dtype, through the symmetric eigendecomposition of S^2 (`_SkewExpm`)
     when a gradient is needed; without one, torch's forward (the faster one). Reference: `matrix_exp` (torch.linalg.matrix_exp); the two agree to
-    rounding in values and gradients (tests/test_unitary_fast.py). S must be skew-symmetric:
+    rounding in values and gradients (tests/ops/test_expm.py). S must be skew-symmetric:
     only then is -iS Hermitian."""
     if not (torch.is_grad_enabled() and S.requires_grad):
         return matrix_exp(S)          # no backward to pay for: torch's forward is the faster one
@@ -238,7 +238,7 @@ def bessel_j(x: float, kmax: int) -> list[float]:
     float64: the power series below x = 1 (no cancellation there), Miller's backward
     recurrence J_{k-1} = (2k / x) J_k - J_{k+1} from far above max(x, kmax) otherwise,
     normalised by J_0 + 2 (J_2 + J_4 + ...) = 1. Within ~1e-13 of each value, relatively
-    (tests/test_urn_action.py compares scipy.special.jv)."""
+    (tests/ops/test_expm_action.py compares scipy.special.jv)."""
     if not x >= 0 or kmax < 0:
         raise ValueError(f"bessel_j needs x >= 0 and kmax >= 0, got x = {x}, kmax = {kmax}")
     if x < 1.0:

@@ -15,7 +15,7 @@ Both fall back to torch.mm / torch.addmm wherever oneDNN does not apply: another
 (cuBLAS is already the fast path on a GPU), float64 (oneDNN has no double-precision
 matmul), a torch built without oneDNN, empty operands, or inputs that need grad inside
 `mm`. The
-reference is torch's own product; tests/test_linear.py compares values and gradients.
+reference is torch's own product; tests/ops/test_linear.py compares values and gradients.
 `set_enabled(False)` (or RNNLENS_ONEDNN=0 in the environment) turns the oneDNN route off.
 The C++ scans (csrc/affine_scan.cpp) lay their recurrent weight out once per call for
 oneDNN (`mkldnn::_reorder_linear_weight`) and reuse it at every step: on 2 threads a

@@ -1,0 +1,81 @@
+"""The benchmark suite (`python -m benchmarks`, `rnnlens bench --all`) end to end in --quick
+mode: every measurement runs (in child processes) and the report has the targets table.
+About 20 s on 2 busy cores: tiny sizes, one thread, the timings in one child process."""
+import sys
+
+import pytest
+from tests.support import REPO
+
+HEADER = "| measurement | value | target | result |"
+
+
+@pytest.fixture
+def suite():
+    sys.path.insert(0, str(REPO))           # benchmarks/ ships with the repository, not the package
+    try:
+        from benchmarks import suite
+        yield suite
+    finally:
+        sys.path.remove(str(REPO))
+
+
+def test_quick_suite_writes_the_results_file(suite, tmp_path):
+    out = tmp_path / "RESULTS.md"
+    text = suite.run_suite(out, quick=True, threads=1, log=lambda msg: None)
+    assert out.read_text(encoding="utf-8") == text
+    assert text.startswith("# rnnlens benchmark suite (quick")
+    for line in ("- machine:", "CPU", "torch ", "torch threads 1", "device cpu", "1-minute load average:"):
+        assert line in text
+    assert HEADER in text
+    table = text[text.index(HEADER):].split("\n\n")[0].splitlines()[2:]
+    measured = "\n".join(table)
+    for name in ("mvma-g tokens/s", "rrnn-f tokens/s / torch.nn.LSTM, length 64", "gru (rnnlens cell)",
+                 "URN (50 units)", "RM(+tM-g)", "gru peak memory", "gru (checkpoint 32) peak memory", "n-gram scores"):
+        assert name in measured, name
+    assert all(row.endswith(("| met |", "| NOT met |")) for row in table), table
+    assert "failed" not in text
+    for section in ("## Training speed", "## URN", "## RM(+tM-g)", "## Peak memory", "## N-gram",
+                    "## Explaining long documents", "## Elementwise scan"):
+        assert section in text
+
+
+def test_targets_table_marks_met_and_not_met(suite):
+    res = {"settings": suite.settings(False),
+           "speed": [{"cell": "torch.nn.LSTM", "tokens_per_s": 100.0}, {"cell": "mvma-g", "tokens_per_s": 120.0},
+                     {"cell": "mvma-l", "tokens_per_s": 50.0}],
+           "memory": [{"cell": "torch.nn.LSTM", "peak_mb": 100.0}, {"cell": "gru", "peak_mb": 149.0},
+                      {"cell": "isan", "skipped": "not run", "estimate_mb": 10000.0}]}
+    rows = {r[0]: r[1:] for r in suite.targets(res)}
+    assert rows["mvma-g tokens/s / torch.nn.LSTM, length 35"] == ("1.20x", ">= 1x", "met")
+    assert rows["mvma-l tokens/s / torch.nn.LSTM, length 35"] == ("0.50x", ">= 1x", "NOT met")
+    assert rows["gru-approx tokens/s / torch.nn.LSTM, length 35"] == ("-", ">= 1x", "not measured")
+    assert rows["gru peak memory / torch.nn.LSTM, length 4096"] == ("1.49x", "<= 1.5x", "met")
+    assert rows["isan peak memory / torch.nn.LSTM, length 4096"][2] == "NOT met (not run)"
+
+
+def test_time_limit_writes_what_was_measured_and_names_the_rest(suite, tmp_path, monkeypatch):
+    """--time-limit: no measurement starts once it is spent; the report is written anyway,
+    marked INCOMPLETE, naming every measurement that did not run (here: all of them)."""
+    monkeypatch.setattr(suite, "run_jobs", lambda *a, **k: pytest.fail("a measurement started"))
+    out = tmp_path / "R.md"
+    text = suite.run_suite(out, quick=True, threads=1, log=lambda msg: None, time_limit=1e-9)
+    assert out.read_text(encoding="utf-8") == text
+    assert "- INCOMPLETE: the time limit was spent;" in text and "memory, length" in text
+    assert "not run (--time-limit 1e-09 s spent)" in text and HEADER in text
+
+
+def test_time_limit_must_be_positive(suite, capsys):
+    with pytest.raises(SystemExit) as e:
+        suite.main(["--quick", "--time-limit", "0"])
+    assert e.value.code == 2 and "--time-limit must be a positive" in capsys.readouterr().err
+
+
+def test_end_to_end_benchmark_writes_its_report(shared_data, tmp_path):
+    """benchmarks/train_e2e.py runs both trainers on the same SST-2 batches and reports the ratio."""
+    from benchmarks.train_e2e import main
+
+    out = tmp_path / "e2e.md"
+    assert main(["--data-dir", str(shared_data), "--examples", "64", "--repeats", "1", "--threads", "1",
+                 "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| rnnlens |" in text and "| plain |" in text and "rnnlens / plain time per epoch" in text

@@ -1,0 +1,95 @@
+"""Elman, GRU and LSTM train through torch's fused RNN kernels on their own parameters; the
+Python step loop is the reference. Values, final states and every gradient (inputs,
+weights, start state) agree in float64 with and without right padding, in train and eval
+mode, batch- and time-major; the paths the kernels cannot take fall back to the loop."""
+import pytest
+import torch
+
+from tests.support import max_diff
+from rnnlens.cells import CELLS, from_torch
+from rnnlens.cells.classic import CLASSIC
+
+E, H = 5, 4
+
+
+def inputs(state_size, grad=True):
+    torch.manual_seed(0)
+    x = torch.randn(4, 7, E, dtype=torch.float64, requires_grad=grad)
+    lengths = torch.tensor([7, 3, 1, 5])
+    mask = torch.arange(7)[None] < lengths[:, None]
+    s0 = (torch.randn(4, state_size, dtype=torch.float64) * 0.5).requires_grad_(grad)
+    return x, mask, s0
+
+
+def make(name):
+    torch.manual_seed(1)
+    cell = CELLS[name](E, H).double()
+    with torch.no_grad():
+        for n, p in cell.named_parameters():
+            if "bias" in n:
+                p.uniform_(-1, 1)
+    return cell
+
+
+def no_loop(cell, monkeypatch):
+    """Make the Python loop raise, so a passing forward proves the fused kernel ran."""
+    def fail(*a, **k):
+        raise AssertionError("the Python loop ran")
+    monkeypatch.setattr(cell, "_scan", fail)
+
+
+@pytest.mark.parametrize("name", list(CLASSIC))
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("start", [False, True])
+def test_fused_forward_equals_the_step_loop_with_all_gradients(name, masked, training, start, monkeypatch):
+    cell = make(name).train(training)
+    x, mask, s0 = inputs(cell.state_size)
+    m = mask if masked else None
+    s = s0 if start else None
+    ref, ref_final = cell.step_loop(x, m, s)
+    no_loop(cell, monkeypatch)
+    out, final = cell(x, m, s)
+    assert max_diff(out, ref) < 1e-12 and max_diff(final, ref_final) < 1e-12
+    wrt = [x, *cell.parameters()] + ([s0] if start else [])
+    gy = torch.randn_like(out)
+    gf = torch.randn_like(final)
+    g_fast = torch.autograd.grad((out * gy).sum() + (final * gf).sum(), wrt)
+    g_ref = torch.autograd.grad((ref * gy).sum() + (ref_final * gf).sum(), wrt)
+    for a, b in zip(g_fast, g_ref):
+        assert max_diff(a, b) < 1e-11
+    if masked:                              # pad inputs have no effect
+        assert max_diff(g_fast[0][~mask], torch.zeros_like(g_fast[0][~mask])) == 0
+
+
+@pytest.mark.parametrize("name", list(CLASSIC))
+def test_time_major_cells_from_torch_use_the_kernel(name, monkeypatch):
+    kind = {"elman": torch.nn.RNN, "gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[name]
+    m = kind(E, H).double()
+    cell = from_torch(m)
+    x = torch.randn(6, 3, E, dtype=torch.float64)
+    no_loop(cell, monkeypatch)
+    out, _ = cell(x)
+    assert max_diff(out, m(x)[0]) < 1e-12
+
+
+@pytest.mark.parametrize("name", list(CLASSIC))
+def test_what_the_kernel_cannot_do_takes_the_loop(name):
+    """Recurrent dropout (one mask per sequence on h_{t-1}), left or interior pads and empty
+    rows go through the Python loop, with the same results as the loop."""
+    cell = make(name)
+    x, mask, s0 = inputs(cell.state_size, grad=False)
+    left = mask.flip(1)
+    left[2] = False                          # an empty row
+    cell.eval()
+    out, final = cell(x, left, s0)
+    ref, ref_final = cell.step_loop(x, left, s0)
+    assert max_diff(out, ref) < 1e-12 and max_diff(final, ref_final) < 1e-12
+    cell.train()
+    cell.recurrent_dropout = 0.5
+    assert not cell._can_fuse(x, None)
+    torch.manual_seed(5)
+    a, _ = cell(x)
+    torch.manual_seed(5)
+    b, _ = cell(x)
+    assert max_diff(a, b) == 0 and not torch.allclose(a, cell.eval()(x)[0])

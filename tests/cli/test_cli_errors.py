@@ -1,0 +1,156 @@
+"""Bad numbers on the command line, an output that is a folder, and a closed stdout pipe:
+one line on stderr and exit code 2 for the first two, a quiet end for the third."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO, run_cli
+from rnnlens.cli import main
+
+PIPE_CLOSED = 141            # 128 + SIGPIPE: what the shell reports for `cat big | head -1`
+TINY = ["--embedding-dim", "8", "--hidden-size", "8", "--epochs", "1", "--quiet"]
+
+
+run = run_cli
+
+
+def assert_one_line(code, err, *needles):
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2, (code, err)
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+M = "no-such-model"          # every case below is refused before the model is read
+BAD_FLAGS = [
+    (["explain", "--model", M, "good", "--top", "-3"], "--top must be >= 1"),
+    (["explain", "--model", M, "good", "--top", "0"], "--top must be >= 1"),
+    (["explain", "--model", M, "good", "--top", "two"], "--top must be an integer"),
+    (["explain", "--model", M, "good", "--max-n", "0"], "--max-n must be >= 1"),
+    (["explain", "--model", M, "good", "--max-n", "-2"], "--max-n must be >= 1"),
+    (["wfsa", "--model", M, "--text", "a", "--dim", "-1"], "--dim must be >= 0"),
+    (["wfsa", "--model", M, "--text", "a", "--dim", "0", "--top", "0"], "--top must be >= 1"),
+    (["faithfulness", "--model", M, "--sentences", "0"], "--sentences must be >= 1"),
+    (["faithfulness", "--model", M, "--max-k", "0"], "--max-k must be >= 1"),
+    (["faithfulness", "--model", M, "--seed", "-1"], "--seed must be >= 0"),
+    (["report", "--model", M, "--out", "r", "--samples", "-1"], "--samples must be >= 0"),
+    (["report", "--model", M, "--out", "r", "--faithfulness-sentences", "-5"], "--faithfulness-sentences must be >= 0"),
+    (["unitary", "--model", M, "--dims", "0"], "--dims must be >= 1"),
+    (["attention", "--model", M, "--data", "test", "--samples", "-1"], "--samples must be >= 0"),
+    (["attention", "--model", M, "--data", "test", "--min-distance", "0"], "--min-distance must be >= 1"),
+    (["attention", "--model", M, "--data", "test", "--max-sentences", "-1"], "--max-sentences must be >= 0"),
+    (["attention", "--model", M, "--data", "test", "--batch-size", "0"], "--batch-size must be >= 1"),
+    (["complete", "--model", M, "--questions", "q", "--show", "-1"], "--show must be >= 0"),
+    (["complete", "--model", M, "--questions", "q", "--batch-size", "0"], "--batch-size must be >= 1"),
+    (["negation", "--model", M, "--ratio", "0"], "--ratio must be a finite number > 0"),
+    (["negation", "--model", M, "--ratio", "inf"], "--ratio must be a finite number > 0"),
+    (["negation", "--model", M, "--min-count", "-1"], "--min-count must be >= 0"),
+    (["negation", "--model", M, "--lexicon-threshold", "nan"], "--lexicon-threshold must be a finite number >= 0"),
+    (["vectors", "--corpus", "subj", "--data-dir", ".", "--out", "v.txt", "--dim", "0"], "--dim must be >= 1"),
+    (["vectors", "--corpus", "subj", "--data-dir", ".", "--out", "v.txt", "--window", "0"], "--window must be >= 1"),
+    (["vectors", "--corpus", "subj", "--data-dir", ".", "--out", "v.txt", "--threads", "0"], "--threads must be >= 1"),
+    (["vectors", "--corpus", "subj", "--data-dir", ".", "--out", "v.txt", "--std", "inf"], "--std must be a finite number > 0"),
+    (["vectors", "--corpus", "subj", "--data-dir", ".", "--out", "v.txt", "--seed", "-1"], "--seed must be >= 0"),
+    (["bench", "--hidden", "0"], "--hidden must be >= 1"),
+    (["bench", "--batch", "-4"], "--batch must be >= 1"),
+    (["bench", "--length", "0"], "--length must be >= 1"),
+    (["bench", "--steps", "0"], "--steps must be >= 1"),
+    (["bench", "--all", "--threads", "0"], "--threads must be >= 1"),
+    (["bench", "--all", "--time-limit", "nan"], "--time-limit must be a finite number > 0"),
+    (["demo", "--epochs", "0"], "--epochs must be >= 1"),
+    (["demo", "--seed", "-2"], "--seed must be >= 0"),
+    (["repro", "t", "--out", "o", "--threads", "0"], "--threads must be >= 1"),
+    (["repro", "t", "--out", "o", "--seeds", "0"], "--seeds must be >= 1"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", BAD_FLAGS, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_bad_numeric_flag_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    assert_one_line(*run(capsys, *argv)[::2], needle)
+    assert list(tmp_path.iterdir()) == []                   # nothing written
+
+
+@pytest.mark.parametrize("flags, field", [
+    (["--lr", "inf"], "train.lr"), (["--lr", "nan"], "train.lr"), (["--lr", "-1"], "train.lr"),
+    (["--lr", "0"], "train.lr"), (["--dropout", "1.5"], "model.dropout"),
+    (["--embedding-dropout", "-0.1"], "model.embedding_dropout"), (["--clip", "inf"], "train.clip"),
+    (["--weight-decay", "-1"], "train.weight_decay"), (["--lr-decay", "1.5"], "train.lr_decay"),
+    (["--hidden-size", "abc"], "model.hidden_size must be an integer"),
+    (["--hidden-size", "0"], "model.hidden_size must be >= 1"), (["--epochs", "0"], "train.epochs"),
+    (["--batch-size", "0"], "train.batch_size"), (["--seed", "-1"], "train.seed"),
+    (["--bidirectional", "maybe"], "model.bidirectional must be true or false"),
+    (["--max-length", "0"], "data.max_length"), (["--time-limit", "inf"], "train.time_limit"),
+    (["--forget-bias", "nan", "--cell", "lstm"], "model.forget_bias"),
+    (["--adaptive-softmax", "10,x"], "model.adaptive_softmax"),
+])
+def test_bad_config_value_names_the_field(tmp_path, capsys, flags, field):
+    out = tmp_path / "m"
+    assert_one_line(*run(capsys, "train", "--out", out, *TINY, *flags)[::2], field)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_config_flags_still_parse_their_text(tmp_path, capsys):
+    """Flags arrive as text and are converted by the field's type: numbers, true/false, none."""
+    out = tmp_path / "m"
+    code, _, err = run(capsys, "train", "--out", out, "--embedding-dim", "6", "--hidden-size", "6", "--epochs", "1",
+                       "--lr", "0.1", "--clip", "none", "--bidirectional", "yes", "--max-vocab", "100", "--quiet")
+    assert code == 0, err
+    saved = json.loads((out / "config.json").read_text())["config"]
+    assert saved["model"]["hidden_size"] == 6 and saved["train"]["lr"] == 0.1
+    assert saved["train"]["clip"] is None and saved["model"]["bidirectional"] is True
+
+
+def test_png_that_is_a_folder_or_in_a_missing_folder(tmp_path, capsys):
+    assert_one_line(*run(capsys, "explain", "--model", M, "good", "--png", tmp_path, "--force")[::2],
+                    "is a folder")
+    assert_one_line(*run(capsys, "explain", "--model", M, "good", "--png", tmp_path / "no" / "h.png")[::2],
+                    "does not exist")
+
+
+# --- a closed pipe: `rnnlens ... --json | head -1` -----------------------------------------
+
+RNNLENS = shutil.which("rnnlens", path=str(Path(sys.executable).parent)) or shutil.which("rnnlens")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("m") / "model"
+    assert main(["train", "--out", str(out), *TINY]) == 0
+    return out
+
+
+def head(argv, lines: int):
+    """Run the console command with stdout into a pipe that is closed after reading `lines`
+    lines (0: at once, before it writes anything), as `| head -n` does. -> (exit code, stderr)."""
+    p = subprocess.Popen([RNNLENS, *map(str, argv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    for _ in range(lines):
+        p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read().decode("utf-8", "replace")
+    p.stderr.close()
+    return p.wait(timeout=300), err
+
+
+def test_closed_pipe_ends_quietly(model_dir):
+    long_text = " ".join(["the plot was not dull the acting was good"] * 37)   # 333 tokens: a long JSON
+    # (argv, lines read before closing, exit codes allowed): argparse's help swallows the
+    # error itself; a pipe closed after a line may have taken all the output already
+    cases = [(["train", "--help"], 0, (0, PIPE_CLOSED)),
+             (["approx-error", "--model", model_dir, "--json"], 0, (PIPE_CLOSED,)),
+             (["eval", "--model", model_dir, "--json"], 0, (PIPE_CLOSED,)),
+             (["explain", "--model", model_dir, "--json", long_text], 0, (PIPE_CLOSED,)),
+             (["explain", "--model", model_dir, "--json", long_text], 1, (0, PIPE_CLOSED))]
+    assert RNNLENS, "the rnnlens console command is installed"
+    for argv, lines, codes in cases:
+        for attempt in range(3):
+            code, err = head(argv, lines)
+            print(argv[0], attempt, code, err)
+            assert err == "" and code in codes

@@ -1,0 +1,149 @@
+"""Run and table records under results/, their reuse, and REPRODUCTION.md rendered from them."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rnnlens.cli import main
+from rnnlens.repro import Row, Table, load_tables
+from rnnlens.repro.records import default_results_dir, portable, read_run, read_tables
+from rnnlens.repro.report import render, table_markdown
+from tests.support import REPO
+
+ROW = "3-TURN (50"          # urn-dyck's 3-TURN row: a tiny run takes a second
+
+
+def _repro(tmp_path, out="out", *extra):
+    args = ["repro", "urn-dyck", "--rows", ROW, "--tiny", "--out", str(tmp_path / out), "--quiet",
+            "--threads", "1", "--results", str(tmp_path / "results"), *extra]
+    assert main(args) == 0
+
+
+def test_a_run_writes_its_record_and_the_tables_rows(tmp_path, capsys):
+    _repro(tmp_path)
+    results = tmp_path / "results"
+    rec = read_run(results, "dyck-turn3-tiny-seed0")
+    assert rec is not None
+    for key in ("config", "command", "rnnlens", "commit", "torch", "device", "threads", "seed", "seconds", "test",
+                "budget", "machine"):
+        assert key in rec, key
+    assert rec["config_file"] == "configs/dyck-turn3.json" and rec["seed"] == 0 and rec["budget"] == "tiny"
+    assert (results / "runs" / "dyck-turn3-tiny-seed0" / "metrics.jsonl").is_file()
+    text = "".join(p.read_text() for p in results.rglob("*") if p.is_file())
+    assert str(tmp_path) not in text and "/tmp/" not in text          # no absolute paths of this machine
+    table = read_tables(results)["urn-dyck"]
+    labels = [r["label"] for r in table["rows"]]
+    assert any(lab.startswith("3-TURN (50") for lab in labels)
+    row = next(r for r in table["rows"] if r["label"].startswith("3-TURN (50"))
+    assert row["runs"] == ["dyck-turn3-tiny-seed0"] and row["budget_name"] == "tiny"
+    assert "--rows" in table["command"] and str(tmp_path) not in table["command"]
+
+
+def test_a_record_stands_in_for_its_run(tmp_path, capsys):
+    _repro(tmp_path)
+    capsys.readouterr()
+    # a new output folder with no runs: the row is read from its record, nothing is trained
+    assert main(["repro", "urn-dyck", "--rows", ROW, "--tiny", "--out", str(tmp_path / "other"), "--threads", "1",
+                 "--results", str(tmp_path / "results")]) == 0
+    err = capsys.readouterr().err
+    assert "reusing the record of dyck-turn3-tiny-seed0" in err and "training" not in err
+    assert not (tmp_path / "other" / "runs" / "dyck-turn3-tiny-seed0").exists()
+
+
+def test_a_record_of_other_settings_is_not_reused(tmp_path, capsys):
+    _repro(tmp_path)
+    rec_path = tmp_path / "results" / "runs" / "dyck-turn3-tiny-seed0" / "record.json"
+    rec = json.loads(rec_path.read_text())
+    rec["config"]["train"]["lr"] = 123.0
+    rec_path.write_text(json.dumps(rec))
+    capsys.readouterr()
+    assert main(["repro", "urn-dyck", "--rows", ROW, "--tiny", "--out", str(tmp_path / "other"), "--threads", "1",
+                 "--results", str(tmp_path / "results")]) == 0
+    err = capsys.readouterr().err
+    assert "other settings" in err and "training" in err
+    assert read_run(tmp_path / "results", "dyck-turn3-tiny-seed0")["config"]["train"]["lr"] != 123.0
+
+
+def test_a_rows_rerun_keeps_the_other_rows_of_the_record(tmp_path):
+    _repro(tmp_path)
+    assert main(["repro", "urn-dyck", "--rows", "majority", "--tiny", "--out", str(tmp_path / "fresh"), "--quiet",
+                 "--results", str(tmp_path / "results")]) == 0
+    labels = [r["label"] for r in read_tables(tmp_path / "results")["urn-dyck"]["rows"]]
+    assert any(lab.startswith("3-TURN (50") for lab in labels) and "majority-class baseline" in labels
+
+
+def test_tiny_writes_no_records_unless_asked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["repro", "urn-dyck", "--rows", "majority", "--tiny", "--out", "o", "--quiet"]) == 0
+    results = default_results_dir()
+    if results is not None:
+        assert not any(p.name.endswith("-tiny-seed0") for p in (results / "runs").glob("*")) \
+            if (results / "runs").is_dir() else True
+
+
+def _record(rows):
+    return {"table": "t", "command": "rnnlens repro t --budget full", "rows": rows}
+
+
+def _row(label, values, budget_name="full", runs=()):
+    return {"label": label, "status": "ok", "values": values, "budget": "15 epochs max", "budget_name": budget_name,
+            "data_used": "sst2", "note": "", "checks": [], "runs": list(runs)}
+
+
+def test_verdicts_quick_is_never_reproduced_and_far_above_is_flagged(tmp_path):
+    t = Table("t", "implicit-ngrams-induced-by-recurrence", "Table 3", "title", "train", "",
+              {"key": "test_accuracy", "higher_is_better": True, "unit": "%"}, {"abs": 1.5},
+              [Row("A", 85.0), Row("B", 85.0), Row("C", 85.0), Row("D", 85.0)])
+    rec = _record([_row("A", [84.0]), _row("B", [84.0], "quick"), _row("C", [80.0]), _row("D", [90.0], runs=["r1"])])
+    text, verdicts = table_markdown(t, rec, tmp_path)
+    assert verdicts == ["reproduced", "within-quick", "missed", "above"]
+    assert "| A |" in text and "reproduced" in text and "within (quick)" in text and "above the paper" in text
+    assert "full: 15 epochs max" in text and "quick: 15 epochs max" in text
+    assert "`r1` (no record)" in text                  # a row naming a run without its record says so
+
+
+def test_orderings_are_checked(tmp_path):
+    t = Table("t", "recurrent-memory-networks", "Table 2", "title", "train", "",
+              {"key": "test_ppl", "higher_is_better": False}, {"rel": 0.1, "order": [["RM", "<", "LSTM"]]},
+              [Row("RM", 123.5), Row("LSTM", 126.1)])
+    text, verdicts = table_markdown(t, _record([_row("RM", [130.0]), _row("LSTM", [128.0])]), tmp_path)
+    assert "ordering: RM < LSTM" in text and verdicts[-1] == "missed"
+    text, verdicts = table_markdown(t, _record([_row("RM", [120.0]), _row("LSTM", [128.0])]), tmp_path)
+    assert verdicts[-1] == "reproduced"
+
+
+def test_render_is_deterministic_and_reads_only_records(tmp_path):
+    _repro(tmp_path)
+    a = render(tmp_path / "results")
+    b = render(tmp_path / "results")
+    assert a == b and "urn-dyck" in a and "dyck-turn3-tiny-seed0" in a
+    assert main(["repro", "--render", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "R.md")]) == 0
+    assert (tmp_path / "R.md").read_text() == a
+
+
+def test_portable_paths():
+    assert portable("../shared/data") == "../shared/data"
+    assert not portable(str(REPO / "configs" / "x.json")).startswith("/")
+
+
+def test_the_committed_reproduction_is_the_render_of_the_records():
+    """REPRODUCTION.md is exactly what `rnnlens repro --render` writes from results/."""
+    results = REPO / "results"
+    if not results.is_dir():
+        pytest.skip("no results/ in this checkout")
+    assert (REPO / "REPRODUCTION.md").read_text(encoding="utf-8") == render(results), \
+        "REPRODUCTION.md differs from `rnnlens repro --render --out REPRODUCTION.md`: render it again"
+
+
+def test_every_number_has_a_record():
+    results = REPO / "results"
+    if not results.is_dir():
+        pytest.skip("no results/ in this checkout")
+    tables = load_tables()
+    for tid, rec in read_tables(results).items():
+        assert tid in tables, tid
+        for row in rec["rows"]:
+            if row["status"] == "ok" and row["runs"]:
+                for name in row["runs"]:
+                    assert read_run(results, name) is not None, f"{tid} / {row['label']}: no record of {name}"
