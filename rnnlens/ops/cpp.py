@@ -10,6 +10,7 @@ kept in `load_error(name)`. RNNLENS_CPP=0 turns the kernels off.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -61,6 +62,19 @@ def load_error(name: str) -> str | None:
     return _ERRORS.get(name)
 
 
+def build_location(name: str) -> tuple[str, Path]:
+    """(the module name, its build folder in torch's extension cache) for csrc/<name>.cpp:
+    the name carries a digest of the source and the flags, so a changed source never reuses
+    an old build, and every checkout of the same source shares one."""
+    from torch.utils import cpp_extension
+
+    flags, tag = _flags()
+    src = CSRC / f"{name}.cpp"
+    digest = hashlib.sha1(src.read_bytes() + " ".join(flags).encode()).hexdigest()[:10]
+    module = f"rnnlens_{name}_{tag}_{digest}"
+    return module, Path(cpp_extension._get_build_directory(module, verbose=False))
+
+
 def _build(name: str) -> bool:
     if not enabled():
         _ERRORS[name] = "turned off by RNNLENS_CPP=0"
@@ -75,18 +89,46 @@ def _build(name: str) -> bool:
     except Exception as e:  # pragma: no cover - a torch without its extension tools
         _ERRORS[name] = f"torch.utils.cpp_extension unavailable: {e}"
         return False
-    flags, tag = _flags()
-    digest = hashlib.sha1(src.read_bytes() + " ".join(flags).encode()).hexdigest()[:10]
-    module = f"rnnlens_{name}_{tag}_{digest}"       # a changed source never reuses an old build
-    build_dir = Path(cpp_extension._get_build_directory(module, verbose=False))
+    flags, _ = _flags()
+    module, build_dir = build_location(name)
     built = any(build_dir.glob(f"{module}*.so"))
     if not built:
         print(f"rnnlens: compiling the C++ kernel {name} once (cached for later runs)...",
               file=sys.stderr, flush=True)
     try:
-        cpp_extension.load(name=module, sources=[str(src)], extra_cflags=flags, extra_ldflags=["-fopenmp"],
-                           is_python_module=False, verbose=False)
+        with _build_lock(build_dir):
+            # torch's own lock file, left behind by a process that died while compiling (an
+            # interrupted first run): every later load would wait on it for ever. Holding the
+            # flock above, no live rnnlens process is compiling this module, so it is stale.
+            (build_dir / "lock").unlink(missing_ok=True)
+            local = build_dir / src.name   # every checkout of this source builds the same copy
+            if not local.exists() or local.read_bytes() != src.read_bytes():
+                tmp = local.with_name(f".{local.name}.{os.getpid()}")
+                tmp.write_bytes(src.read_bytes())
+                os.replace(tmp, local)
+            cpp_extension.load(name=module, sources=[str(local)], extra_cflags=flags,
+                               extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
     except Exception as e:   # compiler errors, a missing ninja, a read-only cache
         _ERRORS[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
         return False
     return True
+
+
+@contextlib.contextmanager
+def _build_lock(build_dir: Path):
+    """An OS lock (flock) on the module's build folder while it is compiled or loaded: the
+    kernel frees it when the process ends, however it ends, so an interrupted build never
+    blocks the next one. Where flock is missing, torch's own lock file is all there is."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+        fh = open(build_dir / ".rnnlens-build.lock", "a")
+    except (ImportError, OSError):
+        yield
+        return
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
