@@ -56,14 +56,14 @@ def _time(fn, warmup: int, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _chunked(f, u, c0, name):
+def _chunked(f, u, c0=None, mask=None, *, semiring):
     """elementwise_scan with the Triton hook turned off, whatever the environment says."""
     from rnnlens.ops.elementwise import elementwise_scan
 
     before = os.environ.get("RNNLENS_TRITON")
     os.environ["RNNLENS_TRITON"] = "0"
     try:
-        return elementwise_scan(f, u, c0, name)
+        return elementwise_scan(f, u, c0, mask, semiring=semiring)
     finally:
         if before is None:
             del os.environ["RNNLENS_TRITON"]
@@ -87,16 +87,16 @@ def measure(name: str, shape: tuple[int, int, int], args) -> dict:
 
         def train_step(scan=scan):
             f.grad = u.grad = None
-            scan(f, u, None, name).sum().backward()
+            scan(f, u, semiring=name)[0].sum().backward()
 
         def forward(scan=scan):
             with torch.no_grad():
-                scan(f, u, None, name)
+                scan(f, u, semiring=name)
 
         row[f"{label}_fb"] = _time(train_step, args.warmup, args.repeats)
         row[f"{label}_f"] = _time(forward, args.warmup, args.repeats)
     with torch.no_grad():
-        a, b = elementwise_scan_triton(f, u, None, name), _chunked(f, u, None, name)
+        a, b = elementwise_scan_triton(f, u, semiring=name)[0], _chunked(f, u, semiring=name)[0]
         same = a == b                                   # equal infinities count as no difference
         row["max_diff"] = (a - b).masked_fill(same, 0).abs().max().item()
     return row

@@ -9,12 +9,12 @@ import torch
 from torch import nn
 
 from .cells import CELLS
-from .cells.base import LinearView, end_positions, hold_at_pads, reversal_index
+from .cells.base import Cell, LinearView, end_positions, hold_at_pads, reversal_index
 from .errors import RnnlensError
 from .config import ModelConfig
 
 
-def run_cell(cell: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, state=None,
+def run_cell(cell: Cell, x: torch.Tensor, mask: torch.Tensor | None, state=None,
              chunk: int | None = None):
     """cell(x[B,T,E], mask[B,T], state[B,S]) -> (out[B,T,H], final[B,S]); with `chunk` = L,
     in training (grad enabled, T > L), the same values through gradient checkpointing over
@@ -34,12 +34,12 @@ def run_cell(cell: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, state=
     T = x.shape[1]
     if not chunk or T <= chunk or not cell.training or not torch.is_grad_enabled():
         return cell(x, mask, state)
-    if not getattr(cell, "additive", True):
+    if not cell.additive:
         raise RnnlensError(f"model.checkpoint_chunk: {type(cell).__name__} keeps only the n-gram that "
                            "starts at each call's first token, so it cannot run in chunks of time")
     from torch.utils.checkpoint import checkpoint
 
-    redraw = getattr(cell, "recurrent_dropout", 0.0) > 0
+    redraw = cell.recurrent_dropout > 0
     if redraw:
         cuda = x.device.type == "cuda"
         rng = torch.cuda.get_rng_state(x.device) if cuda else torch.get_rng_state()
@@ -87,24 +87,17 @@ class RNNEncoder(nn.Module):
             for _ in range(self.directions):
                 extra = {"truncation": cfg.truncation} if cfg.truncation is not None else {}
                 cell = CELLS[cfg.cell](size, cfg.hidden_size, **extra)
-                cell.recurrent_dropout = cfg.recurrent_dropout
-                if hasattr(cell, "dropout_target"):
-                    cell.dropout_target = cfg.word_dropout
-                if cfg.clamp is not None:
-                    cell.clamp = cfg.clamp
-                if hasattr(cell, "window"):
-                    cell.window = cfg.window
+                cell.configure(cfg)
                 if cfg.spectral_norm:
                     from torch.nn.utils.parametrizations import spectral_norm
                     for module, name in cell.recurrent_weights():
                         spectral_norm(module, name)
                 cells.append(cell)
         self.cells = nn.ModuleList(cells)
-        if cfg.checkpoint_chunk is not None and not getattr(cells[0], "additive", True):
+        if cfg.checkpoint_chunk is not None and not cells[0].additive:
             raise RnnlensError(f"model.checkpoint_chunk does not apply to {cfg.cell}: it keeps only the "
                                "n-gram from each call's first token, so its time steps cannot be split")
-        if hasattr(cells[0], "init_embedding"):      # e.g. the URN: words are matrices
-            cells[0].init_embedding(embedding)
+        cells[0].init_embedding(embedding)
         self.embedding_dropout = nn.Dropout(cfg.embedding_dropout)
         self.layer_dropout = nn.Dropout(cfg.layer_dropout)
 

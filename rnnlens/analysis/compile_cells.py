@@ -1,15 +1,15 @@
 """Cells that are not elementwise RRNNs compiled into the WFSAs of the rational-recurrences
 paper (Peng, Schwartz, Thomson and Smith, EMNLP 2018): the 2-window QRNN's automaton of
 Appendix A (Proposition 11) and ISAN's automata of Appendix C (Proposition 13). The cells
-themselves are in rnnlens.cells.equivalences; tests/cells/test_equivalences.py checks the prefix
-scores against the cells' states.
+themselves are in rnnlens.cells.equivalences (QRNN2) and rnnlens.cells.isan (ISAN);
+tests/cells/test_equivalences.py checks the prefix scores against the cells' states.
 """
 from __future__ import annotations
 
-
 import torch
 
-from ..cells.equivalences import ISAN, QRNN2
+from ..cells.equivalences import QRNN2
+from ..cells.isan import ISAN
 from ..errors import RnnlensError
 from .wfsa import make_isan
 from .wfsa_core import WFSA
@@ -111,10 +111,10 @@ def compile_isan(cell: ISAN, embedding=None):
 
     def W(a):
         with torch.no_grad():
-            return cell.matrices(vec(a))[0][0, 0].double()
+            return cell.matrices_ref(vec(a))[0][0, 0].double()
 
     def b(a):
         with torch.no_grad():
-            return cell.matrices(vec(a))[1][0, 0].double()
+            return cell.matrices_ref(vec(a))[1][0, 0].double()
 
     return make_isan(W, b, cell.hidden_size)

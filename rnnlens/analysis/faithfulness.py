@@ -456,16 +456,16 @@ def format_table(result: FaithfulnessResult) -> str:
     """Plain-text table: method, AOPC, ERASER comprehensiveness and sufficiency, infidelity
     (each mean ± se over sentences, where measured), Spearman vs leave-one-out, seconds.
     The arrows say which way is better: ^ higher, v lower."""
-    foe = result.first_order_error
-    if foe == "exact":
-        foe_text = "exact (the cell is its linear view)"
-    elif isinstance(foe, dict):
-        foe_text = f"one-step {_num(foe['one_step'])}, accumulated {_num(foe['accumulated'])}"
+    first_order = result.first_order_error
+    if first_order == "exact":
+        first_order_text = "exact (the cell is its linear view)"
+    elif isinstance(first_order, dict):
+        first_order_text = f"one-step {_num(first_order['one_step'])}, accumulated {_num(first_order['accumulated'])}"
     else:
-        foe_text = "not measured"
+        first_order_text = "not measured"
     head = (f"faithfulness on {result.sentences} sentences (p = {result.output}; deleting up to "
             f"{result.max_k} tokens; {result.skipped} too short left out)")
-    diag = (f"first-order error of layer 1: {foe_text}; n-gram |remainder| / |output|: "
+    diag = (f"first-order error of layer 1: {first_order_text}; n-gram |remainder| / |output|: "
             f"{_num(result.remainder_ratio)}")
     cols = [("aopc", "AOPC ^", "{:.4f}")] + [
         (m, label, fmt) for m, label, fmt in (("comprehensiveness", "compr ^", "{:.4f}"),

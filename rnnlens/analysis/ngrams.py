@@ -107,16 +107,16 @@ def ngram_scores(view: LinearView, w: torch.Tensor) -> torch.Tensor:
     out = view.g.new_zeros(B, T, T, W.shape[0])
     V = view.g.new_empty(B, T, S)
     Wt = W.T.contiguous()
-    dense = _cheap_dense(view)
-    lstm = _lstm_in_place(view)
+    dense = view.prefers_dense
+    in_place = view.in_place_apply()
     for t in range(T):
         if t:
             if dense and t > S // 8:
                 # many vectors: build A(x_t) once (O(K S^2)) and apply it as one GEMM,
                 # S^2 per vector instead of the structured product's K S^2
                 V[:, :t] = V[:, :t] @ view.matrix(t).transpose(1, 2)
-            elif lstm is not None and (view.mask is None or bool(view.mask[:, t].all())):
-                lstm(t, V[:, :t])
+            elif in_place is not None and (view.mask is None or bool(view.mask[:, t].all())):
+                in_place(t, V[:, :t])
             else:
                 V[:, :t] = view.apply(t, V[:, :t])
         V[:, t] = view.g[:, t]
@@ -130,7 +130,7 @@ def _ngram_scores_autograd(view: LinearView, w: torch.Tensor) -> torch.Tensor:
     cheaper, as in the fast path)."""
     W = _readout_rows(view, w)
     B, T, S = view.g.shape
-    dense = _cheap_dense(view)
+    dense = view.prefers_dense
     out = view.g.new_zeros(B, T, T, W.shape[0])       # only written, never read: in place is safe
     V = view.g[:, :0]
     for t in range(T):
@@ -139,33 +139,6 @@ def _ngram_scores_autograd(view: LinearView, w: torch.Tensor) -> torch.Tensor:
         V = torch.cat([V, view.at("g", t)[:, None]], 1)
         out[:, t, : t + 1] = V @ W.T
     return _zero_invalid(view, out)
-
-
-def _lstm_in_place(view: LinearView):
-    """For an LSTMView without the W_hf term: a function (t, V) applying A(x_t) to V[B,K,2H]
-    in place (one [K,H] x [H,3H] product, then the block form written into V's halves),
-    or None for other views."""
-    from ..cells.classic import LSTMView
-
-    if not isinstance(view, LSTMView) or view.a_f is not None:
-        return None
-    H = view.H
-    W3t = view.w3.T.contiguous()
-
-    def apply(t, V):
-        vc, vh = V[..., :H], V[..., H:]
-        ui, ug, uo = (vh @ W3t).split(H, -1)
-        col = lambda a: a[:, t, None]                       # noqa: E731
-        vc.mul_(col(view.f)).addcmul_(ui, col(view.a_i)).addcmul_(ug, col(view.a_g))      # u
-        vh.copy_(uo).mul_(col(view.a_o)).addcmul_(vc, col(view.k))
-    return apply
-
-
-def _cheap_dense(view: LinearView) -> bool:
-    from ..cells.base import DenseView, StructuredView
-
-    # (the LSTM's block form costs as much per vector as its dense [2H,2H] matrix: no gain)
-    return isinstance(view, DenseView) or (isinstance(view, StructuredView) and view.K > 1)
 
 
 def ngram_scores_ref(view: LinearView, w: torch.Tensor) -> torch.Tensor:

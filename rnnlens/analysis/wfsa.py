@@ -201,7 +201,7 @@ def compile_wfsa(cell, dim: int | None = None, embedding=None) -> WFSA:
         return make_b(mu(0), phi(0), semiring=sr)
     if cell.pattern == "f":
         with torch.no_grad():
-            p1, p2, r = (t[sel].double() for t in cell._pr(torch.float64))
+            p1, p2, r = (t[sel].double() for t in cell.final_epsilon_weights(torch.float64))
         return make_f(mu(0), phi(0), mu(1), phi(1), r, p1, p2, semiring=sr)
     n = cell.n                                   # c and the n-gram cell: per-state gates
     entries, labels = {(0, 0): _ONE}, {(0, 0): "1"}

@@ -33,7 +33,7 @@ from .report_sections import (
 
 # --- inputs ---------------------------------------------------------------------------------
 
-def read_metrics(path: Path) -> tuple[list[dict], dict | None, list[str]]:
+def read_training_log(path: Path) -> tuple[list[dict], dict | None, list[str]]:
     """metrics.jsonl -> (epoch rows, the test row or None, notes on unreadable lines)."""
     rows, test, notes = [], None, []
     if not path.is_file():
@@ -267,7 +267,7 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
     say(f"loaded {model_dir}")
     data, data_note = _load_data(run, explicit=data_dir is not None)
     say("data loaded" if data else "data not available")
-    rows, test, metric_notes = read_metrics(model_dir / "metrics.jsonl")
+    rows, test, metric_notes = read_training_log(model_dir / "metrics.jsonl")
     result: dict = {"model": None, "view": view}
     with tempfile.TemporaryDirectory(prefix="rnnlens-report-") as figs:
         c = _Context(run.model, run.config, run.vocab, run.meta, run.task, data, data_note,

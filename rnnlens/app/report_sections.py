@@ -353,17 +353,21 @@ def faithfulness_section(model, vocab, data, split, n, progress) -> tuple[str, d
         rows.append([name, num(m["aopc"]), num(m["aopc_se"]), num(m["spearman"], "{:.3f}"),
                      num(m.get("comprehensiveness")), num(m.get("sufficiency")), num(m.get("infidelity"), "{:.3g}"),
                      f"{m['spearman_n']}", f"{m['seconds']:.1f}"])
-    foe = d.get("first_order_error")
-    foe_text = ("exact (the cell is its linear view)" if foe == "exact" else
-                f"one-step {num(foe.get('one_step'))}, accumulated {num(foe.get('accumulated'))}"
-                if isinstance(foe, dict) else "not measured")
+    first_order = d.get("first_order_error")
+    if first_order == "exact":
+        first_order_text = "exact (the cell is its linear view)"
+    elif isinstance(first_order, dict):
+        first_order_text = (f"one-step {num(first_order.get('one_step'))}, "
+                            f"accumulated {num(first_order.get('accumulated'))}")
+    else:
+        first_order_text = "not measured"
     intro = (f"<p>Token attributions on {d['sentences']} {R.esc(split)} sentences ({d['skipped']} too short "
              f"left out), p = {R.esc(d['output'])} of the target; deleting up to {d['max_k']} tokens. AOPC: mean "
              "drop of p when the top-k tokens are deleted (higher is more faithful); Spearman: rank agreement with "
              "single-token deletion (higher is better); ERASER comprehensiveness (higher is better) and sufficiency "
              "(lower is better) over the top 1/5/10/20/50% of tokens; infidelity under random token dropping "
              "(captum; lower is better).</p>")
-    error = (f"<p>First-order error of layer 1: {R.esc(foe_text)}; n-gram |remainder| / |output|: "
+    error = (f"<p>First-order error of layer 1: {R.esc(first_order_text)}; n-gram |remainder| / |output|: "
              f"{R.esc(num(d.get('remainder_ratio')))}.</p>")
     parts = [intro, R.table(["method", "AOPC ^", "± se", "Spearman ^", "compr. ^", "suff. v", "infid. v",
                              "sentences", "seconds"], rows,

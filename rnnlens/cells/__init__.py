@@ -3,7 +3,7 @@ from ..config import register
 from .base import Cell, DenseView, LinearView, StructuredView
 from .baselines import BASELINE_CELLS
 from .classic import GRU, LSTM, Elman, from_torch
-from .equivalences import ISAN
+from .isan import ISAN
 from .linear_rnn import LinearRNN
 from .ngram import NGRAM_CELLS
 from .rational import RATIONAL_CELLS

@@ -25,6 +25,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..ops.affine import structured_scan
+
 
 def last_real(mask: torch.Tensor) -> torch.Tensor:
     """[B,T] long: in each row of mask[B,T] (False = pad), the index of the last real
@@ -157,6 +159,24 @@ class LinearView:
         """One step of the linear recurrence: g(x_t) + A(x_t) s, s[B,S]."""
         return self.apply(t, s[:, None, :])[:, 0] + self.at("g", t)
 
+    # --- what the fast paths may use: defaults for a view known only through apply ------
+    # Whether A(x_t) built once (`matrix`) and applied as one product costs less than `apply`
+    # on many vectors (analysis.ngrams switches to it past S/8 vectors).
+    prefers_dense = False
+
+    def fused_scan(self):
+        """(scan, tensors) when an ops.affine scan runs this recurrence in one fused pass,
+        scan(*tensors, initial_state, mask) -> (states, final); None here: the recurrence
+        steps through `apply` (ops.affine.affine_scan). A subclass that changes `_apply`
+        must override this too."""
+        return None
+
+    def in_place_apply(self):
+        """A function (t, V) writing A(x_t) V into V[B,K,S] in place, where the view has a
+        cheaper product that way (no mask handling: for steps where every row is real), or
+        None."""
+        return None
+
     def unroll(self) -> torch.Tensor:
         """States of the linear recurrence from s_0 = h0 (or 0): [B,T,S]."""
         B, T, S = self.g.shape
@@ -171,6 +191,8 @@ class LinearView:
 class DenseView(LinearView):
     """A(x_t) given as dense matrices A[B,T,S,S]: hand-set fixtures, and families whose
     words are matrices (the MM baseline, the unitary network)."""
+
+    prefers_dense = True        # it is dense already
 
     def __init__(self, g, A, mask=None, readout=slice(None), exact=True, h0=None):
         super().__init__(g, mask, readout, exact, h0)
@@ -197,6 +219,14 @@ class StructuredView(LinearView):
         self.coef = coef
         self.diag = diag
         self.K = W.shape[0] // W.shape[1]
+
+    @property
+    def prefers_dense(self) -> bool:
+        # one recurrent matrix (K = 1) is as cheap to apply structured as dense
+        return self.K > 1
+
+    def fused_scan(self):
+        return structured_scan, (self.g, self.W, self.coef, self.diag)
 
     def _apply(self, t, V):
         B, Kv, H = V.shape
@@ -235,11 +265,35 @@ class Cell(nn.Module):
       _scan(x[B,T,E], mask, s0) -> (states[B,T,S], final[B,S])   the fast forward
       output(s[..., S]) -> h[..., H]     the readout of the state
       linear_view(x, mask, state) -> LinearView   (view.starting_from(state))
+    `forward_ref` (the reference forward: `step` at every position) is built on `step`.
+
+    The encoder builds a cell from (input_size, hidden_size), then hands it the model's
+    settings through `configure(cfg)` and, for the first layer, the embedding through
+    `init_embedding`; a cell with settings of its own extends those two.
     """
 
     input_size: int
     hidden_size: int
     state_size: int
+    # True: every n-gram's g enters the state, so a sequence may run in chunks of time
+    # carrying the state (encoder.run_cell). False (MVM, VM, MM): g enters only at each
+    # row's first real token of a call.
+    additive = True
+    # Variational recurrent dropout, one mask per sequence (set by `configure`); the cells
+    # that apply it say where. Off in eval mode, so analysis is unaffected.
+    recurrent_dropout = 0.0
+
+    def configure(self, cfg) -> None:
+        """Take the model's settings (a config.ModelConfig) after construction: the recurrent
+        dropout rate, and the state clamp when one is set (the cells that clamp read it).
+        Cells with settings of their own extend this."""
+        self.recurrent_dropout = cfg.recurrent_dropout
+        if cfg.clamp is not None:
+            self.clamp = cfg.clamp
+
+    def init_embedding(self, embedding: nn.Embedding) -> None:
+        """Initialise the embedding table this cell reads as the first layer: torch's
+        default here; a cell whose words are not vectors (the URN) overrides it."""
 
     def initial_state(self, batch: int, dtype=None, device=None) -> torch.Tensor:
         p = next(self.parameters())
@@ -263,8 +317,8 @@ class Cell(nn.Module):
             state = self.initial_state(x.shape[0], x.dtype, x.device)
         return self._scan(x, mask, state)
 
-    def step_loop(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                  state: torch.Tensor | None = None):
+    def forward_ref(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                    state: torch.Tensor | None = None):
         """The reference forward: `step` at every position, masked. Same shapes as forward."""
         if state is None:
             state = self.initial_state(x.shape[0], x.dtype, x.device)

@@ -10,7 +10,7 @@ the n-gram decomposition explains it with zero remainder.
   mvm-r   MVM-R v_{t-1:t} = A(x_t) g(x_{t-1})      [q; h]           (2H)   h = s[H:]
 
 g(x) = tanh(W x + b) throughout. As in every AffineCell, `_view` is the structured fast
-path (diagonal, block shift, per-token d x d products, or a StructuredView) and `matrices`
+path (diagonal, block shift, per-token d x d products, or a StructuredView) and `matrices_ref`
 builds the dense A(x_t), g(x_t) straight from the definitions; `step` uses only the latter.
 VA-W's forward does not step through its m*H state: its output is a windowed sum over time,
 computed as a convolution (_WindowSum); its `scan` still runs the block-shift recurrence.
@@ -31,11 +31,7 @@ from torch.autograd.function import once_differentiable
 from ..ops.linear import linear, mm
 from ..ops.precision import full_precision, no_autocast
 from .base import LinearView, StructuredView
-from .ngram import MVMAME, AffineCell
-
-
-def _eye(like: torch.Tensor, n: int) -> torch.Tensor:
-    return torch.eye(n, dtype=like.dtype, device=like.device)
+from .ngram import MVMAME, AffineCell, _eye
 
 
 class DiagView(LinearView):
@@ -156,7 +152,7 @@ class _WindowSum(torch.autograd.Function):
     kernel (2F m H^2, once a call); the backward is the same products transposed. The
     result differs from the direct sum by rounding only (about 1e-7 relative in float32,
     1e-16 in float64); as in any FFT convolution, the rounding at r can depend on later
-    positions of the same block. Reference: VAW.step / step_loop (the dense block-shift
+    positions of the same block. Reference: VAW.step / forward_ref (the dense block-shift
     recurrence, one step at a time)."""
 
     @staticmethod
@@ -271,7 +267,7 @@ class VM(AffineCell):
         g = torch.tanh(self.W(x))
         return DiagView(g, mask, g)
 
-    def matrices(self, x):
+    def matrices_ref(self, x):
         g = torch.tanh(self.W(x))
         return torch.diag_embed(g), g
 
@@ -295,7 +291,7 @@ class VAEW(AffineCell):
         g = torch.tanh(self.W(x))
         return StructuredView(g, mask, self.C, torch.ones_like(g), exact=True)
 
-    def matrices(self, x):
+    def matrices_ref(self, x):
         g = torch.tanh(self.W(x))
         return self.C.expand(*x.shape[:-1], *self.C.shape), g
 
@@ -331,6 +327,11 @@ class VAW(AffineCell):
         self.W = nn.Linear(input_size, hidden_size)
         self.C = nn.Parameter(torch.empty(max_window, hidden_size, hidden_size))
         nn.init.uniform_(self.C, -hidden_size ** -0.5, hidden_size ** -0.5)
+
+    def configure(self, cfg) -> None:
+        """Cell.configure, and model.window: the window m."""
+        super().configure(cfg)
+        self.window = cfg.window
 
     @property
     def window(self) -> int:
@@ -375,7 +376,7 @@ class VAW(AffineCell):
         shifts); every position reads that value at its row's last real token, or u^0 of the
         start state before the first. The final state's block j is the same sum continued j
         steps past the last real token with g = 0: Y[L-1+j] + u^{L+j} (L real tokens).
-        `scan` (all m*H state coordinates) and `step_loop` run the block-shift recurrence."""
+        `scan` (all m*H state coordinates) and `forward_ref` run the block-shift recurrence."""
         if self.clamp is not None:
             return super().forward(x, mask, state)
         if x.dim() != 3 or x.shape[-1] != self.input_size:
@@ -397,7 +398,7 @@ class VAW(AffineCell):
         count = mask.long().cumsum(1)                                       # real tokens up to t
         return Z.gather(1, count[..., None].expand(B, T, H)), final
 
-    def matrices(self, x):
+    def matrices_ref(self, x):
         """Dense block shift (ones on the H-th superdiagonal) and g_ext = [C_k g(x)]_k,
         written from the definition: g_ext by looping over k."""
         H, m = self.hidden_size, self.window
@@ -441,7 +442,7 @@ class MVMR(MVMAME):
         a = torch.tanh(self.W(x))
         return BigramView(torch.cat([g, torch.zeros_like(g)], -1), mask, self.M, a)
 
-    def matrices(self, x):
+    def matrices_ref(self, x):
         H = self.hidden_size
         A = 0.25 * torch.diag_embed(torch.tanh(self.W(x))) @ self.M + 0.5 * _eye(x, H)
         Z = torch.zeros_like(A)
@@ -485,7 +486,7 @@ class MM(AffineCell):
         A = self._A(x)
         return MatrixLeftView(A.reshape(*x.shape[:-1], self.hidden_size), mask, A)
 
-    def matrices(self, x):
+    def matrices_ref(self, x):
         """Dense A(x_t) kron I_d, [B,T,d*d,d*d] (a test-only reference: d^4 numbers a step),
         and g = vec(A(x_t))."""
         A = self._A(x)

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..errors import RnnlensError
+from ..ops.affine import lstm_scan
 from ..ops.linear import linear
 from ..ops.precision import autocast_dtype, full_precision, no_autocast
 from .base import Cell, LinearView, StructuredView, hold_at_pads
@@ -94,7 +95,7 @@ class _Classic(Cell):
     # --- torch's fused kernels ----------------------------------------------------------
     # forward runs torch's own RNN kernels (oneDNN or ATen's loop on the CPU, cuDNN on a
     # GPU) on the cell's parameters, which are in torch's layout; `scan` (every step's full
-    # state, the LSTM's c included) and `step_loop` stay the Python references. Recurrent
+    # state, the LSTM's c included) and `forward_ref` stay the Python references. Recurrent
     # dropout (a mask on h_{t-1} that torch's kernels cannot apply) and masks that are not
     # right padding take the reference path.
     fused = True
@@ -174,10 +175,10 @@ class _Classic(Cell):
         states, final = super().scan(*self._to_batch_major(x, mask), state)
         return states.transpose(0, 1), final
 
-    def step_loop(self, x, mask=None, state=None):
+    def forward_ref(self, x, mask=None, state=None):
         if self.batch_first:
-            return super().step_loop(x, mask, state)
-        out, final = super().step_loop(*self._to_batch_major(x, mask), state)
+            return super().forward_ref(x, mask, state)
+        out, final = super().forward_ref(*self._to_batch_major(x, mask), state)
         return out.transpose(0, 1), final
 
     def linear_view(self, x, mask=None, state=None) -> LinearView:
@@ -374,6 +375,30 @@ class LSTMView(LinearView):
             H = self.H
             self._w3 = torch.cat([self.W[:H], self.W[2 * H:]])
         return self._w3
+
+    # prefers_dense stays False: the block form costs as much per vector as the dense
+    # [2H,2H] matrix, so building it gains nothing
+
+    def fused_scan(self):
+        # without a_f, W_hf multiplies nothing: a [B,H] x [H,3H] product per step, not 4H
+        W = self.w3 if self.a_f is None else self.W
+        return lstm_scan, (self.g, W, self.f, self.a_i, self.a_g, self.a_o, self.k, self.a_f)
+
+    def in_place_apply(self):
+        """Without the W_hf term: A(x_t) applied to V[B,K,2H] in place, one [K,H] x [H,3H]
+        product, then the block form written into V's halves."""
+        if self.a_f is not None:
+            return None
+        H = self.H
+        W3t = self.w3.T.contiguous()
+
+        def apply(t, V):
+            vc, vh = V[..., :H], V[..., H:]
+            ui, ug, uo = (vh @ W3t).split(H, -1)
+            col = lambda a: a[:, t, None]                       # noqa: E731
+            vc.mul_(col(self.f)).addcmul_(ui, col(self.a_i)).addcmul_(ug, col(self.a_g))      # u
+            vh.copy_(uo).mul_(col(self.a_o)).addcmul_(vc, col(self.k))
+        return apply
 
     def _gates(self, t):
         """f, a_i, a_g, a_o, k, a_f at step t, each [B,1,H] (a_f None when absent)."""

@@ -7,7 +7,7 @@ Its scan (`_LinearRNNScan`) runs the whole sequence in one autograd Function tha
 the vectors p_t it multiplied; once B*T*n^2 passes `matrix_budget` it builds the word
 matrices a chunk of steps at a time and rebuilds each chunk in backward. Every position's
 matrix at once would be B*T*n^2 numbers: 34 GB at batch 32, length 4096, 256 units. Its
-references: the step loop over that table (`sequence_scan = False`) and step_loop.
+references: the step loop over that table (`sequence_scan = False`) and forward_ref.
 """
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ class LinearRNN(WordMatrixCell):
     def _sequence_scan(self, x, mask, s, drop_A, drop_h):
         """The whole scan as one `_LinearRNNScan` (unless sequence_scan is False: then the
         step loop over the table of every position's matrix, its reference with
-        `step_loop`). The started flag u is bookkept here, outside: u_t = 1 once a real
+        `forward_ref`). The started flag u is bookkept here, outside: u_t = 1 once a real
         token has been read, else u_0, and p_t gets (1 - u_{t-1}) e_0."""
         if not self.sequence_scan:
             return None
@@ -155,6 +155,6 @@ class LinearRNN(WordMatrixCell):
                                  mask, chunk)
         return torch.cat([H, us], -1), torch.cat([H[:, -1], us[:, -1]], -1)
 
-    def _matrix_ref(self, x_t):
+    def word_matrix_ref(self, x_t):
         n = self.hidden_size
         return (x_t @ self.W.weight.T + self.W.bias).reshape(-1, n, n)

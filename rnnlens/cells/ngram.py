@@ -5,7 +5,7 @@ approximate, simplified and variant GRU/LSTM cells (its eq. 11, 16, 21 and Appen
 Each has an exact linear view, so the n-gram decomposition explains it with zero remainder.
 The forward pass is ops.affine.affine_scan over that view (structured products, no dense
 A); `step` is the plain reference: it builds the dense A(x_t) from the paper's formula
-(`matrices`) and multiplies, sharing no code with the fast path.
+(`matrices_ref`) and multiplies, sharing no code with the fast path.
 
 MVMA sums every n-gram ending at t (h_t = A h_{t-1} + g). MVM keeps only the longest one:
 g enters at each row's first real token of a forward call and never after, so
@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..ops.affine import affine_scan, lstm_scan, structured_scan
+from ..ops.affine import affine_scan
 from ..ops.linear import linear
 from ..ops.precision import full_precision
 from .base import Cell, LinearView, StructuredView
@@ -27,16 +27,6 @@ from .classic import CLASSIC, LSTMView
 # backward instead of keeping their autograd graph (see AffineCell._scan): at batch 32 that is
 # sequences of 1,024 steps and more; shorter ones keep the graph, which is faster.
 RECOMPUTE_POSITIONS = 32768
-
-
-def _fused_parts(view):
-    """The tensors a fused scan takes from a view, or None for a view with no fused scan."""
-    if type(view) is StructuredView:
-        return "structured", view.g, view.W, view.coef, view.diag
-    if type(view) is LSTMView:
-        W = view.w3 if view.a_f is None else view.W
-        return "lstm", view.g, W, view.f, view.a_i, view.a_g, view.a_o, view.k, view.a_f
-    return None
 
 
 def first_tokens(mask: torch.Tensor | None, B: int, T: int, device) -> torch.Tensor:
@@ -50,9 +40,8 @@ def first_tokens(mask: torch.Tensor | None, B: int, T: int, device) -> torch.Ten
 
 class AffineCell(Cell):
     """Base: subclasses give `_view(x, mask) -> LinearView` (structured, fast) and
-    `matrices(x) -> (A[B,T,S,S], g[B,T,S])` (dense, from the paper's equations)."""
-
-    additive = True                 # MVMA; False: MVM
+    `matrices_ref(x) -> (A[B,T,S,S], g[B,T,S])` (dense, from the paper's equations).
+    `additive` (Cell's) is True for MVMA, False for MVM."""
     # Recompute the view's coefficients in the backward of long inputs (RECOMPUTE_POSITIONS).
     # Measured at batch 32 x length 4096 x 256: lstm-approx 3,097 -> 2,359 MB peak; MVMA-G/L,
     # whose views go through fused coefficient functions of their own, rose (3,035 -> 3,245 MB),
@@ -75,29 +64,23 @@ class AffineCell(Cell):
             # Long input under autograd: keep x, not the graph that builds the view's
             # coefficients (about ten [B,T,H] tensors for the GRU and LSTM views); that graph
             # is built again in the backward, which costs one more pass of elementwise work.
-            parts = checkpoint(self._fused_parts, x, mask, use_reentrant=False)
-            if parts is not None:
-                return self._fused_scan(parts, s, mask)
+            fused = checkpoint(self._fused_scan_of, x, mask, use_reentrant=False)
+            if fused is not None:
+                scan, tensors = fused
+                return scan(*tensors, s, mask)
         view = self.linear_view(x, mask)
         if self.clamp is None and x.shape[1] > 0:
-            parts = _fused_parts(view)
-            if parts is not None:
-                return self._fused_scan(parts, s, mask)
-        return affine_scan(view, s, self.clamp)
+            fused = view.fused_scan()
+            if fused is not None:
+                scan, tensors = fused
+                return scan(*tensors, s, mask)
+        return affine_scan(view, s, clamp=self.clamp)
 
-    def _fused_parts(self, x, mask):
-        return _fused_parts(self.linear_view(x, mask))
-
-    @staticmethod
-    def _fused_scan(parts, s, mask):
-        kind, *tensors = parts
-        if kind == "structured":
-            g, W, coef, diag = tensors
-            return structured_scan(g, W, coef, diag, s, mask)
-        return lstm_scan(*tensors, s, mask)
+    def _fused_scan_of(self, x, mask):
+        return self.linear_view(x, mask).fused_scan()
 
     def step(self, x_t: torch.Tensor, s: torch.Tensor, add_g: torch.Tensor | bool = True) -> torch.Tensor:
-        A, g = self.matrices(x_t[:, None])
+        A, g = self.matrices_ref(x_t[:, None])
         if not isinstance(add_g, bool):
             g = g * add_g[:, None, None].to(g.dtype)
         elif not add_g:
@@ -105,9 +88,9 @@ class AffineCell(Cell):
         new = torch.einsum("bij,bj->bi", A[:, 0], s) + g[:, 0]
         return new.clamp(-self.clamp, self.clamp) if self.clamp is not None else new
 
-    def step_loop(self, x, mask=None, state=None):
+    def forward_ref(self, x, mask=None, state=None):
         if self.additive:
-            return super().step_loop(x, mask, state)
+            return super().forward_ref(x, mask, state)
         if state is None:
             state = self.initial_state(x.shape[0], x.dtype, x.device)
         first = first_tokens(mask, x.shape[0], x.shape[1], x.device)
@@ -148,7 +131,7 @@ class MVMA(AffineCell):
     def recurrent_weights(self):
         return self.base.recurrent_weights()
 
-    def matrices(self, x):
+    def matrices_ref(self, x):
         """Dense A(x_t) and g(x_t) written from Table 2 / Appendix F (with biases)."""
         b = self.base
         H = self.hidden_size
@@ -200,7 +183,7 @@ class MVMAME(AffineCell):
         g = torch.tanh(full_precision(linear(x, self.W_g.weight, self.W_g.bias)))
         return StructuredView(g, mask, self.M, a, diag=torch.full_like(a, 0.5), exact=True)
 
-    def matrices(self, x):
+    def matrices_ref(self, x):
         H = self.hidden_size
         A = 0.25 * _diag(torch.tanh(self.W(x))) @ self.M + 0.5 * _eye(x, H)
         return A, torch.tanh(self.W_g(x))
@@ -261,7 +244,7 @@ class GRUApprox(_TorchLayout):
         g = xn / 2 - xn * xz / 4
         return StructuredView(g, mask, self.weight_hh, torch.cat(coef, -1), diag=diag, exact=True)
 
-    def matrices(self, x):
+    def matrices_ref(self, x):
         xr, xz, xn = self._x(x)
         W_hr, W_hz, W_hn = self.weight_hh.chunk(3)
         I = _eye(x, self.hidden_size)
@@ -318,7 +301,7 @@ class LSTMApprox(_TorchLayout):
         return LSTMView(torch.cat([gc, gh], -1), mask, self.weight_hh, f=f, a_i=a_i, a_g=a_g, a_o=a_o, k=k,
                         readout=slice(self.hidden_size, None), a_f=a_f, exact=True)
 
-    def matrices(self, x):
+    def matrices_ref(self, x):
         xi, xf, xc, xo = self._x(x)
         W_hi, W_hf, W_hc, W_ho = self.weight_hh.chunk(4)
         if self.kind == "variant":

@@ -33,12 +33,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops import rational_fused
+from ..ops.elementwise import elementwise_scan
 from ..ops.linear import linear
 from ..ops.precision import full_precision
 from ..ops.semiring import get_semiring
 from .base import Cell, LinearView, hold_at_pads
-
-from ..ops.elementwise import elementwise_scan
 
 
 class RationalView(LinearView):
@@ -146,8 +145,9 @@ class RationalCell(Cell):
         float32 under autocast too: a forget gate near 1 needs more than bfloat16's 8 bits."""
         return full_precision(linear(x, self.weight, self.bias * self.bias_mask))
 
-    def _pr(self, dtype):
-        """(p1, p2, r) of RRNN(F) in the semiring's terms (log in max-plus)."""
+    def final_epsilon_weights(self, dtype):
+        """(p1, p2, r) of RRNN(F), its final weights and epsilon weight, in the semiring's
+        terms (log in max-plus)."""
         H = self.hidden_size
         if self.sr.name == "real":
             p, r = torch.sigmoid(self.bias_p), torch.sigmoid(self.bias_r)
@@ -158,33 +158,32 @@ class RationalCell(Cell):
     # --- the recurrence --------------------------------------------------------------
     def _scan(self, x, mask, s):
         u, f, _ = self.gates(x)
-        states = self._run(u, f, mask, s, x.dtype)
-        return states, states[:, -1]
-
-    def _run(self, u, f, mask, s, dtype):
-        """The state recurrences from the gates: [B,T,K*H]."""
-        return torch.cat(self._blocks(u, f, mask, s, dtype), -1)
+        blocks, final = self._blocks(u, f, mask, s, x.dtype)
+        return torch.cat(blocks, -1), final
 
     def _blocks(self, u, f, mask, s, dtype):
-        """The state recurrences from the gates: the K blocks, each [B,T,H]."""
+        """The state recurrences from the gates: (the K blocks, each [B,T,H]; the final state
+        [B,K*H]). T >= 1."""
         H, sr = self.hidden_size, self.sr
         s0 = s.view(s.shape[0], self.blocks, H)
-        blocks, prev = [], None
+        blocks, finals, prev = [], [], None
         for j in range(self.n):
             uj = u[j]
             if j:
                 # enter pattern state j from state j-1 as it was *before* this token
                 before = torch.cat([s0[:, j - 1, None], prev[:, :-1]], 1)
                 if self.pattern == "f" and j == 1:
-                    before = sr.plus(before, self._pr(dtype)[2])
+                    before = sr.plus(before, self.final_epsilon_weights(dtype)[2])
                 uj = sr.times(before, uj)
-            c = elementwise_scan(f[j], uj, s0[:, j], semiring=sr.name, mask=mask)
+            c, final = elementwise_scan(f[j], uj, s0[:, j], mask, semiring=sr.name)
             blocks.append(c)
+            finals.append(final)
             prev = c
         if self.pattern == "f":
-            p1, p2, _ = self._pr(dtype)
+            p1, p2, _ = self.final_epsilon_weights(dtype)
             blocks.append(sr.plus(sr.times(p1, blocks[0]), sr.times(p2, blocks[1])))
-        return blocks
+            finals.append(blocks[-1][:, -1])        # a read-out of the others, held at pads too
+        return blocks, torch.cat(finals, -1)
 
     def step(self, x_t, s):
         """The plain per-step reference, written from Appendix D's equations."""
@@ -196,10 +195,10 @@ class RationalCell(Cell):
         for j in range(self.n):
             enter = u[j] if j == 0 else sr.times(c[j - 1], u[j])
             if self.pattern == "f" and j == 1:
-                enter = sr.times(sr.plus(c[0], self._pr(x_t.dtype)[2]), u[1])
+                enter = sr.times(sr.plus(c[0], self.final_epsilon_weights(x_t.dtype)[2]), u[1])
             new.append(sr.plus(sr.times(f[j], c[j]), enter))
         if self.pattern == "f":
-            p1, p2, _ = self._pr(x_t.dtype)
+            p1, p2, _ = self.final_epsilon_weights(x_t.dtype)
             new.append(sr.plus(sr.times(p1, new[0]), sr.times(p2, new[1])))
         return torch.cat(new, -1)
 
@@ -234,8 +233,8 @@ class RationalCell(Cell):
         u, f, o = self.gates(x)                   # one projection for the scan and the output gate
         # the blocks stay apart: the output reads the last one, the final state takes each
         # one's last step (no [B,T,K*H] concatenation, and no zero-filled gradient of it)
-        blocks = self._blocks(u, f, mask, state, x.dtype)
-        return self._out_of(x, blocks[-1], mask, o), torch.cat([b[:, -1] for b in blocks], -1)
+        blocks, final = self._blocks(u, f, mask, state, x.dtype)
+        return self._out_of(x, blocks[-1], mask, o), final
 
     def _forward_fused(self, x, mask, state):
         """forward() through the C++ pass over time (rnnlens.ops.rational_fused): the same
@@ -246,17 +245,17 @@ class RationalCell(Cell):
         c0 = state.view(B, self.blocks, H)[:, :n]
         extra = {}
         if self.pattern == "f":
-            p1, p2, r = self._pr(P.dtype)
+            p1, p2, r = self.final_epsilon_weights(P.dtype)
             extra = {"r": r, "p1": p1, "p2": p2}
         if not self.output_gate:        # h = tanh(c) in the same pass
-            h, final = rational_fused.rational_scan(P, c0, n, self.sr.name, mask, tanh=True, **extra)
+            h, final = rational_fused.rational_scan(P, c0, mask, semiring=self.sr.name, tanh=True, **extra)
             return self._dropout(h), final
-        Rd, final = rational_fused.rational_scan(P, c0, n, self.sr.name, mask, **extra)
+        Rd, final = rational_fused.rational_scan(P, c0, mask, semiring=self.sr.name, **extra)
         po = P.view(B, T, P.shape[2] // H, H)[:, :, 2 * n]
         o = torch.sigmoid(po) if self.sr.name == "real" else F.logsigmoid(po)
         return self._out_of(x, Rd, mask, o), final
 
-    def step_loop(self, x, mask=None, state=None):
+    def forward_ref(self, x, mask=None, state=None):
         if state is None:
             state = self.initial_state(x.shape[0], x.dtype, x.device)
         outs = []
@@ -294,7 +293,7 @@ class RationalCell(Cell):
                 coef[:, :, j, j - 1] = u[j]
         g[:, :, 0] = u[0]
         if self.pattern == "f":
-            p1, p2, r = self._pr(x.dtype)
+            p1, p2, r = self.final_epsilon_weights(x.dtype)
             g[:, :, 1] = sr.times(r, u[1])                       # the epsilon path q0 -> q3 -> q2
             # c = p1 (x) c1 (+) p2 (x) c2 at the new step, in terms of the previous state
             coef[:, :, 2, 0] = sr.plus(sr.times(p1, f[0]), sr.times(p2, u[1]))

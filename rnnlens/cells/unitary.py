@@ -38,7 +38,7 @@ to phi_1 = h_t, with zero remainder. `start_view` gives the paper's own form ins
 (A = Q, g = 0, h0 = e_0: the whole state is the start-state part).
 
 Fast path and reference: Q depends only on the word, so `_matrices` exponentiates each
-distinct input row of a batch once (torch.unique over rows) and gathers; `_per_position`
+distinct input row of a batch once (torch.unique over rows) and gathers; `_unique_ref`
 exponentiates at every position; `step` builds T row by row and exponentiates it, sharing
 no code with either. Gradients of the distinct-row path: a group of equal rows is one
 exponential, so its whole gradient lands on the group's first row. Sums over a group --
@@ -140,7 +140,7 @@ def _first_of_groups(inv: torch.Tensor, P: int) -> torch.Tensor:
 class WordMatrixCell(Cell):
     """Shared state layout, scan, step and views of cells with one n x n matrix per word
     acting on h (see the module docstring). Subclasses give `_table(x, mask)` (fast: a
-    table of matrices and which row each position uses) and `_matrix_ref(x_t)` ([B,n,n],
+    table of matrices and which row each position uses) and `word_matrix_ref(x_t)` ([B,n,n],
     from the paper's equation)."""
 
     def _table(self, x, mask):
@@ -164,6 +164,12 @@ class WordMatrixCell(Cell):
         e0[0] = 1.0
         self.register_buffer("e0", e0, persistent=False)   # also fixes dtype/device of states
 
+    def configure(self, cfg) -> None:
+        """Cell.configure, and model.word_dropout: which word-side entries recurrent dropout
+        masks (`dropout_target`)."""
+        super().configure(cfg)
+        self.dropout_target = cfg.word_dropout
+
     def initial_state(self, batch: int, dtype=None, device=None) -> torch.Tensor:
         """[B, n+1] zeros: h = 0, u = 0, i.e. "start from e_0 at the first token"."""
         return torch.zeros(batch, self.state_size, dtype=dtype or self.e0.dtype,
@@ -181,7 +187,7 @@ class WordMatrixCell(Cell):
     def step(self, x_t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """h' = A(x_t) (h + (1 - u) e_0), u' = 1; x_t[B,E], s[B,n+1] (no dropout)."""
         n = self.hidden_size
-        A = self._matrix_ref(x_t)
+        A = self.word_matrix_ref(x_t)
         h, u = s[:, :n], s[:, n:]
         p = h + (1 - u) * self.e0.to(s.dtype)
         new_h = torch.einsum("bij,bj->bi", A, p)
@@ -371,7 +377,7 @@ class URN(WordMatrixCell):
         x, group = self._prepare(x, mask)
         if group:
             return self._unique(x)
-        return self._per_position(x), None
+        return self._unique_ref(x), None
 
     def _prepare(self, x, mask):
         """(x with pad rows zeroed, whether equal rows share one exponential) for `_table`
@@ -447,12 +453,13 @@ class URN(WordMatrixCell):
         first, inv = distinct_rows(flat.detach())
         return self._expm(flat[first]), inv.view(B, T)
 
-    def _per_position(self, x):
-        """Reference for `_unique`: an exponential at every position, [B,T,n,n]."""
+    def _unique_ref(self, x):
+        """Reference for `_unique`: an exponential at every position, [B,T,n,n]. `_table`
+        takes it too where every position must keep a gradient of its own."""
         B, T, E = x.shape
         return self._expm(x.reshape(B * T, E)).view(B, T, self.hidden_size, self.hidden_size)
 
-    def _matrix_ref(self, x_t):
+    def word_matrix_ref(self, x_t):
         """Q(x_t) [B,n,n] from the equations: T row by row (skew_ref), expm."""
         v = x_t if self.proj is None else x_t @ self.proj.weight.T
         return matrix_exp(skew_ref(v, self.hidden_size, self.truncation))

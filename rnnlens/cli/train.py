@@ -16,7 +16,7 @@ def cmd_train(args) -> int:
     out = args.resume or args.out
     if not out:
         raise RnnlensError("train needs --out FOLDER (or --resume FOLDER to continue an interrupted run)")
-    dist = distributed.join()        # launched by torchrun: this process's rank; else None
+    dist = distributed.join()        # launched by torchrun: this process's rank; else OneProcess
     # OUT is locked from before --resume reads OUT.partial/ to the end of the run: a second
     # `train` on it (plain, --resume or --force) is refused while this one lives
     with distributed.main_writes(dist, lambda: writing(out, create_parent=True), None):
@@ -36,8 +36,8 @@ def _train(args, out, dist) -> int:
     )
     from ..train.run import train_run
 
-    main = dist is None or dist.is_main    # the process that writes
-    saved = distributed.find_resume(dist, out) if args.resume else None   # the newest intact checkpoint
+    main = dist.is_main              # the process that writes
+    saved = dist.find_resume(out) if args.resume else None   # the newest intact checkpoint
     if args.config:
         cfg = load_config_file(args.config, budget=args.budget)
     else:
@@ -62,8 +62,7 @@ def _train(args, out, dist) -> int:
                                 hint=f"rnnlens train --resume {shlex.quote(str(out))}")
             res = train_run(cfg, tmp, progress=main and not args.quiet, checkpoints=ckpts, dist=dist)
     finally:
-        if dist is not None:
-            distributed.shutdown()
+        dist.close()
     if not main:
         return 0
     if res.test:

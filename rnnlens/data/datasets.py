@@ -1,6 +1,6 @@
 """A registry of real NLP datasets: name -> loader -> Dataset of Examples.
 
-    ds = load_dataset("sst2", "/work/shared/data", seed=0)
+    ds = load_dataset("sst2", "path/to/data", seed=0)
     ds.splits["train"][0]     # Example(tokens=[...], label=1)
 
 A loader finds its files at `data_dir/<folder>/<file>` (the layout of the shared
@@ -355,22 +355,22 @@ def load_dyck(data_dir=None, seed: int = 0, train_size: int | None = None, dev_s
     Task "dyck": next-symbol prediction, scored by closing-bracket accuracy (DyckHead).
     """
     from .formal import dyck_majority_baseline
-    from . import formal as F
+    from . import formal
 
-    train_size, test_size = _pick(train_size, F.DYCK_TRAIN["size"]), _pick(test_size, F.DYCK_TEST["size"])
-    train_depth, test_depth = _pick(train_depth, F.DYCK_TRAIN["max_depth"]), _pick(test_depth, F.DYCK_TEST["max_depth"])
+    train_size, test_size = _pick(train_size, formal.DYCK_TRAIN["size"]), _pick(test_size, formal.DYCK_TEST["size"])
+    train_depth, test_depth = _pick(train_depth, formal.DYCK_TRAIN["max_depth"]), _pick(test_depth, formal.DYCK_TEST["max_depth"])
     dev_size = _pick(dev_size, test_size)
-    corpus = F.DyckCorpus(seed=seed, train_size=train_size, train_depth=train_depth, test_size=test_size,
-                          test_depth=test_depth)
+    corpus = formal.DyckCorpus(seed=seed, train_size=train_size, train_depth=train_depth, test_size=test_size,
+                               test_depth=test_depth)
     strings = {"train": [ex.tokens for ex in corpus.split("train")]}
     if dev_size:
-        strings["dev"] = F.dyck_corpus(dev_size, corpus.length, test_depth, f"{seed}:dev-as-test", corpus.pairs)
+        strings["dev"] = formal.dyck_corpus(dev_size, corpus.length, test_depth, f"{seed}:dev-as-test", corpus.pairs)
     strings["test"] = [ex.tokens for ex in corpus.split("test")]
-    symbols = list(F.OPENERS + F.CLOSERS)
+    symbols = list(formal.OPENERS + formal.CLOSERS)
     splits = {name: _next_symbol_examples(v, symbols) for name, v in strings.items()}
     base = dyck_majority_baseline(strings["train"], strings["test"])
     dev_note = f", dev drawn like test (depth <= {test_depth}, own seed)" if dev_size else ", no dev split"
-    notes = [(f"generalised Dyck language, 5 bracket pairs, {corpus.length} brackets after {F.START}; "
+    notes = [(f"generalised Dyck language, 5 bracket pairs, {corpus.length} brackets after {formal.START}; "
               f"train depth <= {train_depth}, test depth <= {test_depth}{dev_note}"),
              (f"majority baseline (always {base['label']!r}, the most frequent closer in train): "
               f"closing-bracket error {base['error']:.3f} on test"),
@@ -386,21 +386,21 @@ def load_crossserial(data_dir=None, seed: int = 0, train_size: int | None = None
     k = test_k: predictions are checked against C_test_k (the paper's C_10) in every split.
     Task "crossserial": next-symbol prediction, scored by full-string error (CrossSerialHead).
     """
-    from . import formal as F
+    from . import formal
 
-    train_size, test_size = _pick(train_size, F.CROSS_TRAIN["size"]), _pick(test_size, F.CROSS_TEST["size"])
-    train_k, test_k = _pick(train_k, F.CROSS_TRAIN["k"]), _pick(test_k, F.CROSS_TEST["k"])
+    train_size, test_size = _pick(train_size, formal.CROSS_TRAIN["size"]), _pick(test_size, formal.CROSS_TEST["size"])
+    train_k, test_k = _pick(train_k, formal.CROSS_TRAIN["k"]), _pick(test_k, formal.CROSS_TEST["k"])
     dev_size = _pick(dev_size, test_size)
-    corpus = F.CrossSerialCorpus(seed=seed, train_size=train_size, train_k=train_k, test_size=test_size,
-                                 test_k=test_k)
+    corpus = formal.CrossSerialCorpus(seed=seed, train_size=train_size, train_k=train_k, test_size=test_size,
+                                      test_k=test_k)
     strings = {"train": [ex.tokens for ex in corpus.split("train")]}
     if dev_size:
-        strings["dev"] = F.crossserial_corpus(dev_size, test_k, f"{seed}:dev-as-test", corpus.min_count)
+        strings["dev"] = formal.crossserial_corpus(dev_size, test_k, f"{seed}:dev-as-test", corpus.min_count)
     strings["test"] = [ex.tokens for ex in corpus.split("test")]
-    symbols = list(F.CROSS_SYMBOLS) + [F.STOP]
+    symbols = list(formal.CROSS_SYMBOLS) + [formal.STOP]
     info = {"k": test_k}                      # one shared dict: the language predictions are checked in
     splits = {name: _next_symbol_examples(v, symbols, info) for name, v in strings.items()}
-    unseen = sum(sum(F.crossserial_mn(s)) >= train_k for s in strings["test"])
+    unseen = sum(sum(formal.crossserial_mn(s)) >= train_k for s in strings["test"])
     dev_note = ", dev drawn like test (own seed)" if dev_size else ", no dev split"
     notes = [(f"cross-serial a^m b^n c^m d^n with m, n >= {corpus.min_count}: train from C_{train_k}, "
               f"test from C_{test_k}{dev_note}"),

@@ -5,8 +5,14 @@
 a step costs one [B,S] x [S,K*S] product and elementwise work, and no S x S matrix is
 built. `affine_scan_ref` is the plain reference written like the paper's equation
 (implicit-ngrams eq. 8): it builds the dense A(x_t) of every step and multiplies. It never
-calls the fast path. Both return states [B,T,S] and the final state [B,S]; pad positions
-(mask False) keep the previous state. Gradients flow through both.
+calls the fast path. `structured_scan` and `lstm_scan` (with `lstm_block_scan` on a view)
+are the fused scans of the two structured forms, matched against both.
+
+Every scan has one signature, op(inputs..., initial_state=None, mask=None) -> (states
+[B,T,S], final_state [B,S]), the final state being each row's state after its last real
+token (pad positions, mask False, keep the previous state, so it is states[:, -1]; the
+start state when T = 0). A view carries its own mask, so the scans over a view
+(`affine_scan`, `lstm_block_scan`) take none. Gradients flow through all of them.
 
 Under torch.autocast (bfloat16 or float16) the fast paths carry the state in float32: the
 fused scans take every input in float32 and run with autocast off, forward and backward, and
@@ -22,30 +28,33 @@ from .linear import mm, mm_t, onednn_applies
 from .precision import full_precision, no_autocast, no_autocast_backward
 
 
-def affine_scan(view, s0: torch.Tensor | None = None,
+def affine_scan(view, initial_state: torch.Tensor | None = None, *,
                 clamp: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fast path over a view (rnnlens.cells.base.LinearView: its g, h0, apply(t, V) and
-    at(name, t); this layer does not import it). s0 [B,S] (default: view.h0 or zeros). clamp bounds every state element to
-    (-clamp, clamp) after each step (the sequence-level paper's A.4 option). A bfloat16 or
-    float16 view.g (autocast) is replaced by its float32 copy, and s0 taken in float32, so
-    the state accumulates in float32 while A's products may run in the lower precision."""
-    view.g, s0 = full_precision(view.g), full_precision(s0 if s0 is not None else view.h0)
+    """Fast path over a view (rnnlens.cells.base.LinearView: its g, h0, mask, apply(t, V) and
+    at(name, t); this layer does not import it). initial_state [B,S] (default: view.h0 or
+    zeros). clamp bounds every state element to (-clamp, clamp) after each step (the
+    sequence-level paper's A.4 option). A bfloat16 or float16 view.g (autocast) is replaced
+    by its float32 copy, and the start state taken in float32, so the state accumulates in
+    float32 while A's products may run in the lower precision. -> (states [B,T,S], final [B,S])."""
+    view.g = full_precision(view.g)
+    s0 = full_precision(initial_state if initial_state is not None else view.h0)
     B, T, S = view.g.shape
-    s = s0 if s0 is not None else (view.h0 if view.h0 is not None else view.g.new_zeros(B, S))
+    s = s0 if s0 is not None else view.g.new_zeros(B, S)
     out = []
     for t in range(T):
         s = view.apply(t, s[:, None, :])[:, 0] + view.at("g", t)  # apply() keeps s at pads
         if clamp is not None:
             s = s.clamp(-clamp, clamp)
         out.append(s)
-    return torch.stack(out, 1), s
+    return (torch.stack(out, 1) if out else view.g[:, :0]), s
 
 
-def affine_scan_ref(A: torch.Tensor, g: torch.Tensor, mask: torch.Tensor | None = None,
-                    s0: torch.Tensor | None = None, clamp: float | None = None):
-    """Reference: dense A[B,T,S,S], g[B,T,S]; s_t = A_t s_{t-1} + g_t, kept at pads."""
+def affine_scan_ref(A: torch.Tensor, g: torch.Tensor, initial_state: torch.Tensor | None = None,
+                    mask: torch.Tensor | None = None, *, clamp: float | None = None):
+    """Reference: dense A[B,T,S,S], g[B,T,S]; s_t = A_t s_{t-1} + g_t from initial_state
+    [B,S] (default zeros), kept at pads. -> (states [B,T,S], final [B,S])."""
     B, T, S = g.shape
-    s = s0 if s0 is not None else g.new_zeros(B, S)
+    s = initial_state if initial_state is not None else g.new_zeros(B, S)
     out = []
     for t in range(T):
         new = torch.einsum("bij,bj->bi", A[:, t], s) + g[:, t]
@@ -53,7 +62,7 @@ def affine_scan_ref(A: torch.Tensor, g: torch.Tensor, mask: torch.Tensor | None 
             new = new.clamp(-clamp, clamp)
         s = new if mask is None else torch.where(mask[:, t, None], new, s)
         out.append(s)
-    return torch.stack(out, 1), s
+    return (torch.stack(out, 1) if out else g[:, :0]), s
 
 
 def _reverse_scan(dstates: torch.Tensor, mask, s0: torch.Tensor, back):
@@ -197,12 +206,16 @@ class _StructuredScan(torch.autograd.Function):
 
 
 def structured_scan(g: torch.Tensor, W: torch.Tensor, coef: torch.Tensor, diag: torch.Tensor | None,
-                    s0: torch.Tensor, mask: torch.Tensor | None = None):
+                    initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None):
     """Fused fast path for StructuredView recurrences (Elman/GRU-type A, MVMA-ME, the
     approximate GRUs, VA-EW). g[B,T,H], W[K*H,H], coef[B,T,K*H], diag[B,T,H] or None,
-    s0[B,H] -> (states[B,T,H], final[B,H]). Matches affine_scan and affine_scan_ref.
-    bfloat16/float16 inputs (autocast) are taken in float32, and the scan runs with autocast off."""
+    initial_state [B,H] (default zeros), mask [B,T] -> (states[B,T,H], final[B,H]).
+    Matches affine_scan and affine_scan_ref. bfloat16/float16 inputs (autocast) are taken in
+    float32, and the scan runs with autocast off."""
+    s0 = initial_state if initial_state is not None else g.new_zeros(g.shape[0], g.shape[2])
     g, W, coef, diag, s0 = (full_precision(t) for t in (g, W, coef, diag, s0))
+    if g.shape[1] == 0:
+        return g, s0
     if diag is None:
         diag = torch.zeros_like(g)
     if mask is not None:
@@ -317,18 +330,24 @@ class _LSTMBlockScan(torch.autograd.Function):
                 delta, None)
 
 
-def lstm_block_scan(view, s0: torch.Tensor, mask: torch.Tensor | None = None):
-    """Fused fast path for an LSTMView: -> (states[B,T,2H], final[B,2H])."""
+def lstm_block_scan(view, initial_state: torch.Tensor | None = None):
+    """Fused fast path for an LSTMView, under its own mask, from initial_state [B,2H]
+    (default: view.h0 or zeros): -> (states[B,T,2H], final[B,2H])."""
     # without a_f, W_hf multiplies nothing: a [B,H] x [H,3H] product per step, not 4H
     W = view.w3 if view.a_f is None else view.W
-    return lstm_scan(view.g, W, view.f, view.a_i, view.a_g, view.a_o, view.k, view.a_f, s0, mask)
+    s0 = initial_state if initial_state is not None else view.h0
+    return lstm_scan(view.g, W, view.f, view.a_i, view.a_g, view.a_o, view.k, view.a_f, s0, view.mask)
 
 
-def lstm_scan(g, W, f, a_i, a_g, a_o, k, a_f, s0, mask=None):
-    """lstm_block_scan on the view's tensors: W [K*H,H] holds the blocks (i, [f,] g, o) that
-    act (K = 3 without a_f, 4 with it). -> (states[B,T,2H], final[B,2H]). bfloat16/float16
-    inputs (autocast) are taken in float32, and the scan runs with autocast off."""
+def lstm_scan(g, W, f, a_i, a_g, a_o, k, a_f=None, initial_state=None, mask=None):
+    """lstm_block_scan on the view's tensors: g [B,T,2H], W [K*H,H] holds the blocks
+    (i, [f,] g, o) that act (K = 3 without a_f, 4 with it), the coefficients [B,T,H],
+    initial_state [B,2H] (default zeros), mask [B,T] -> (states[B,T,2H], final[B,2H]).
+    bfloat16/float16 inputs (autocast) are taken in float32, and the scan runs with autocast off."""
+    s0 = initial_state if initial_state is not None else g.new_zeros(g.shape[0], g.shape[2])
     g, W, f, a_i, a_g, a_o, k, a_f, s0 = (full_precision(t) for t in (g, W, f, a_i, a_g, a_o, k, a_f, s0))
+    if g.shape[1] == 0:
+        return g, s0
     if mask is not None:
         g = g * mask[..., None].to(g.dtype)
     with no_autocast(g.device.type):

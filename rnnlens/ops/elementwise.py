@@ -8,10 +8,13 @@ eq. 6: c_t = (+)_{j<=t} u_j (x) f_{j+1} (x) ... (x) f_t over the semiring):
     log        c_t = logaddexp(f_t + c_{t-1}, u_t)
     min-plus   c_t = min(f_t + c_{t-1}, u_t)
 
-Shapes: f, u [B,T,D] (or anything that broadcasts to it: a shared [D] bias is fine, and its
-gradient is summed over batch and time), c0 [B,D] or [D] (default: the semiring's zero),
-mask [B,T] bool (False = pad: the state is kept, c_t = c_{t-1}, and f_t, u_t get no
-gradient). Both functions return every state c [B,T,D]; the final state is c[:, -1].
+Signature (every scan in rnnlens.ops):
+op(f, u, initial_state=None, mask=None, *, semiring, ...) -> (c, final_state).
+f, u [B,T,D] (or anything that broadcasts to it: a shared [D] bias is fine, and its
+gradient is summed over batch and time), initial_state c_0 [B,D] or [D] (default: the
+semiring's zero), mask [B,T] bool (False = pad: the state is kept, c_t = c_{t-1}, and f_t,
+u_t get no gradient). They return every state c [B,T,D] and the final state [B,D], each
+row's state after its last real token (c[:, -1], since pads keep the state; c_0 when T = 0).
 
 `elementwise_scan_ref` is the plain loop, written like the equation, with autograd doing
 the backward. `elementwise_scan` is the fast path, a chunked two-pass scan with its own
@@ -72,14 +75,16 @@ from .precision import LOW_PRECISION, no_autocast, no_autocast_backward
 from .semiring import Semiring, get_semiring
 
 
-def elementwise_scan_ref(f: torch.Tensor, u: torch.Tensor, c0: torch.Tensor | None = None,
-                         semiring: str | Semiring = "real", mask: torch.Tensor | None = None) -> torch.Tensor:
+def elementwise_scan_ref(f: torch.Tensor, u: torch.Tensor, initial_state: torch.Tensor | None = None,
+                         mask: torch.Tensor | None = None, *,
+                         semiring: str | Semiring = "real") -> tuple[torch.Tensor, torch.Tensor]:
     """Reference: c_t = f_t (x) c_{t-1} (+) u_t one step at a time (eq. 5c / 21c), kept at pads.
-    f, u [B,T,D] (broadcastable), c0 [B,D] or None (zero), mask [B,T] bool -> c [B,T,D]."""
+    f, u [B,T,D] (broadcastable), initial_state [B,D] or None (the semiring's zero), mask
+    [B,T] bool -> (c [B,T,D], final state [B,D])."""
     sr = get_semiring(semiring)
     f, u = torch.broadcast_tensors(f, u)
     B, T, D = f.shape
-    c = f.new_full((B, D), sr.zero) if c0 is None else c0.expand(B, D)
+    c = f.new_full((B, D), sr.zero) if initial_state is None else initial_state.expand(B, D)
     keep = [None] * T if mask is None else mask.unbind(1)
     out = []
     # unbind, not f[:, t]: the backward of T selects would write T zero tensors of [B,T,D]
@@ -87,7 +92,10 @@ def elementwise_scan_ref(f: torch.Tensor, u: torch.Tensor, c0: torch.Tensor | No
         new = sr.plus(sr.times(f_t, c), u_t)
         c = new if m_t is None else torch.where(m_t[:, None], new, c)
         out.append(c)
-    return torch.stack(out, 1) if out else f.new_empty(B, 0, D)
+    if not out:
+        return f.new_empty(B, 0, D), c
+    states = torch.stack(out, 1)
+    return states, states[:, -1]
 
 
 def default_chunk(T: int) -> int:
@@ -96,17 +104,22 @@ def default_chunk(T: int) -> int:
     return max(1, min(T, 64, max(8, round(math.sqrt(T)))))
 
 
-def elementwise_scan(f: torch.Tensor, u: torch.Tensor, c0: torch.Tensor | None = None,
-                     semiring: str | Semiring = "real", mask: torch.Tensor | None = None,
-                     chunk: int | None = None) -> torch.Tensor:
+def elementwise_scan(f: torch.Tensor, u: torch.Tensor, initial_state: torch.Tensor | None = None,
+                     mask: torch.Tensor | None = None, *, semiring: str | Semiring = "real",
+                     chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Fast path of elementwise_scan_ref (same arguments, same result): the chunked two-pass
     scan of the module docstring, with its own backward. f, u [B,T,D] (broadcastable),
-    c0 [B,D] or [D] or None (the semiring's zero), mask [B,T] bool or None, chunk = L
-    (default_chunk(T) if None) -> c [B,T,D]. Differentiable in f, u and c0 (once: the
-    backward is not itself differentiable). Device- and dtype-agnostic (float32/64); bfloat16
-    and float16 inputs (autocast) are taken in float32, so the state accumulates in float32,
-    and the scan runs with autocast off."""
-    sr = get_semiring(semiring)
+    initial_state [B,D] or [D] or None (the semiring's zero), mask [B,T] bool or None,
+    chunk = L (default_chunk(T) if None) -> (c [B,T,D], final state [B,D]). Differentiable
+    in f, u and initial_state (once: the backward is not itself differentiable). Device- and
+    dtype-agnostic (float32/64); bfloat16 and float16 inputs (autocast) are taken in
+    float32, so the state accumulates in float32, and the scan runs with autocast off."""
+    c, c0 = _elementwise_states(f, u, initial_state, mask, get_semiring(semiring), chunk)
+    return c, (c[:, -1] if c.shape[1] else c0)
+
+
+def _elementwise_states(f, u, c0, mask, sr: Semiring, chunk):
+    """(the states c [B,T,D], the start state [B,D]) of elementwise_scan."""
     if not (f.is_floating_point() and u.is_floating_point()):
         raise RnnlensError(f"f and u must be floating point, got {f.dtype} and {u.dtype}")
     dtype = torch.promote_types(f.dtype, u.dtype)
@@ -125,7 +138,7 @@ def elementwise_scan(f: torch.Tensor, u: torch.Tensor, c0: torch.Tensor | None =
         keep = mask.to(device=f.device, dtype=torch.bool)[..., None]
         f, u = torch.where(keep, f, sr.one), torch.where(keep, u, sr.zero)   # pads: identity steps
     if T == 0:
-        return f.new_empty(B, 0, D)
+        return f.new_empty(B, 0, D), c0
     # On a GPU, where triton is installed, one fused kernel per direction replaces the chunked
     # scan's ~2*sqrt(T) launches (rnnlens.ops.triton_scan; chunk does not apply there).
     # RNNLENS_TRITON=0 turns it off.
@@ -133,9 +146,9 @@ def elementwise_scan(f: torch.Tensor, u: torch.Tensor, c0: torch.Tensor | None =
         if f.is_cuda:
             from .triton_scan import elementwise_scan_triton, triton_enabled
             if triton_enabled():
-                return elementwise_scan_triton(f, u, c0, sr)
+                return elementwise_scan_triton(f, u, c0, semiring=sr)[0], c0
         L = default_chunk(T) if chunk is None else min(int(chunk), T)
-        return _ElementwiseScan.apply(f, u, c0, sr.name, L)
+        return _ElementwiseScan.apply(f, u, c0, sr.name, L), c0
 
 
 class _ElementwiseScan(torch.autograd.Function):

@@ -1,11 +1,13 @@
 """The rational cells' recurrences in one C++ pass over time on the CPU (csrc/rational_scan.cpp).
 
-`rational_scan(P, c0, n, semiring, mask, r, p1, p2)` takes the input projection P [B,T,R*H]
-of a rational cell (rows u_0, f_0, ..., u_{n-1}, f_{n-1}, then the output gate's, which is
-not read here), the start of its n scanned blocks c0 [B,n,H], and for RRNN(F) its epsilon
+`rational_scan(P, initial_state, mask, semiring=..., r=..., p1=..., p2=...)` takes the input
+projection P [B,T,R*H] of a rational cell (rows u_0, f_0, ..., u_{n-1}, f_{n-1}, then the
+output gate's, which is not read here), the start of its n scanned blocks initial_state
+[B,n,H] (which also says n and H: the projection alone cannot), and for RRNN(F) its epsilon
 weight r and final weights p1, p2 ([H], already in the semiring's terms). It returns the
 read-out Rd [B,T,H] (the last block; p1*c_0 + p2*c_1 for RRNN(F)) and the final state
-[B,K*H] (the n blocks' last states, then RRNN(F)'s read-out), with a hand-written backward
+[B,K*H] (the n blocks' states after each row's last real token, then RRNN(F)'s read-out
+there), with a hand-written backward
 in the same pass, so a cell's whole training step is its projection's products plus two
 sweeps over [B,T,n,H]. The equations are those of rnnlens.cells.rational (Appendix D), in the
 real and max-plus semirings; the forget gates are activated here with torch (sigmoid, or
@@ -40,18 +42,19 @@ def _none(like: torch.Tensor, dtype=None) -> torch.Tensor:
     return like.new_empty(0, dtype=dtype)
 
 
-def rational_scan(P: torch.Tensor, c0: torch.Tensor, n: int, semiring: str, mask: torch.Tensor | None = None,
-                  r: torch.Tensor | None = None, p1: torch.Tensor | None = None,
+def rational_scan(P: torch.Tensor, initial_state: torch.Tensor, mask: torch.Tensor | None = None, *,
+                  semiring: str = "real", r: torch.Tensor | None = None, p1: torch.Tensor | None = None,
                   p2: torch.Tensor | None = None, tanh: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Rd [B,T,H], final [B,K*H]) of a rational cell from its projection; see the module
-    docstring. tanh=True returns tanh(Rd) instead (the cell's output without an output gate,
-    computed in the same pass). Differentiable in P, c0, r, p1 and p2 (once)."""
-    B, H = P.shape[0], c0.shape[-1]
+    """(Rd [B,T,H], final [B,K*H]) of a rational cell from its projection P [B,T,R*H] and the
+    start of its n scanned blocks, initial_state [B,n,H]; see the module docstring. tanh=True
+    returns tanh(Rd) instead (the cell's output without an output gate, computed in the same
+    pass). Differentiable in P, initial_state, r, p1 and p2 (once)."""
+    B, (n, H) = P.shape[0], initial_state.shape[-2:]
     pattern_f = p1 is not None
     dtype = P.dtype
     with no_autocast("cpu"):
         P = P.contiguous()
-        c0 = c0.to(dtype).expand(B, n, H)
+        c0 = initial_state.to(dtype).expand(B, n, H)
         extra = [t.to(dtype) for t in (r, p1, p2)] if pattern_f else [_none(P)] * 3
         m = _none(P, torch.bool) if mask is None else mask.to(torch.bool).contiguous()
         return _RationalScan.apply(P, c0, *extra, m, n, semiring == "max-plus", pattern_f, tanh)

@@ -3,11 +3,12 @@
 Same recurrence, arguments and result as `elementwise_scan` in rnnlens.ops.elementwise
 (rational recurrences, eq. 5c / 21c), for the semirings real, max-plus, log and min-plus:
 
-    c_t = f_t (x) c_{t-1} (+) u_t      per coordinate, t = 1..T, from c_0 = c0
+    c_t = f_t (x) c_{t-1} (+) u_t      per coordinate, t = 1..T, from c_0 = initial_state
 
-f, u [B,T,D] (or anything that broadcasts to it), c0 [B,D] or [D] (default: the semiring's
-zero), mask [B,T] bool (False = pad: c_t = c_{t-1}, and f_t, u_t get no gradient) ->
-every state c [B,T,D].
+f, u [B,T,D] (or anything that broadcasts to it), initial_state c_0 [B,D] or [D] (default:
+the semiring's zero), mask [B,T] bool (False = pad: c_t = c_{t-1}, and f_t, u_t get no
+gradient) -> (every state c [B,T,D], the final state [B,D]: each row's state after its last
+real token).
 
 How the work is laid out (the layout of SRU's CUDA kernel): the grid is batch rows x
 blocks of BLOCK_D features. Each program holds the states of its block in registers and
@@ -77,14 +78,16 @@ def triton_enabled() -> bool:
     return os.environ.get("RNNLENS_TRITON", "1") != "0" and triton_available()
 
 
-def elementwise_scan_triton(f: torch.Tensor, u: torch.Tensor, c0: torch.Tensor | None = None,
-                            semiring: str | Semiring = "real",
-                            mask: torch.Tensor | None = None) -> torch.Tensor:
+def elementwise_scan_triton(f: torch.Tensor, u: torch.Tensor, initial_state: torch.Tensor | None = None,
+                            mask: torch.Tensor | None = None, *,
+                            semiring: str | Semiring = "real") -> tuple[torch.Tensor, torch.Tensor]:
     """Fused-kernel elementwise_scan (same arguments, same result, same gradients):
-    f, u [B,T,D] (broadcastable), c0 [B,D] or [D] or None (the semiring's zero), mask [B,T]
-    bool or None -> c [B,T,D]. Differentiable in f, u and c0 (once). CUDA tensors, or CPU
-    tensors under TRITON_INTERPRET=1; float16, bfloat16, float32, float64."""
+    f, u [B,T,D] (broadcastable), initial_state [B,D] or [D] or None (the semiring's zero),
+    mask [B,T] bool or None -> (c [B,T,D], final state [B,D]). Differentiable in f, u and
+    initial_state (once). CUDA tensors, or CPU tensors under TRITON_INTERPRET=1; float16,
+    bfloat16, float32, float64."""
     sr = get_semiring(semiring)
+    c0 = initial_state
     if not (f.is_floating_point() and u.is_floating_point()):
         raise RnnlensError(f"f and u must be floating point, got {f.dtype} and {u.dtype}")
     dtype = torch.promote_types(f.dtype, u.dtype)
@@ -97,7 +100,7 @@ def elementwise_scan_triton(f: torch.Tensor, u: torch.Tensor, c0: torch.Tensor |
     c0 = f.new_full((B, D), sr.zero) if c0 is None else c0.to(dtype).expand(B, D)
     others = [u, c0] + ([] if mask is None else [mask])
     if any(t.device != f.device for t in others):
-        raise RnnlensError(f"f, u, c0 and mask must be on one device, got "
+        raise RnnlensError(f"f, u, initial_state and mask must be on one device, got "
                            f"{sorted({str(t.device) for t in [f] + others})}")
     if not (f.is_cuda or _interpreting()):
         raise RnnlensError(f"the Triton scan needs CUDA tensors (or TRITON_INTERPRET=1 for CPU "
@@ -107,8 +110,9 @@ def elementwise_scan_triton(f: torch.Tensor, u: torch.Tensor, c0: torch.Tensor |
             raise RnnlensError(f"mask must be [B,T] = {[B, T]}, got {list(mask.shape)}")
         mask = mask.to(torch.bool).view(torch.uint8)      # same bytes; Triton reads it as u8
     if T == 0:
-        return f.new_empty(B, 0, D)
-    return _TritonScan.apply(f, u, c0, mask, _CODES[sr.name])
+        return f.new_empty(B, 0, D), c0
+    c = _TritonScan.apply(f, u, c0, mask, _CODES[sr.name])
+    return c, c[:, -1]
 
 
 def _interpreting() -> bool:

@@ -1,7 +1,7 @@
 """Reproduction of the five papers' tables: `rnnlens repro TABLE --out DIR`.
 
 The papers' numbers live in tables/*.json (package data), one file per table or figure:
-where it comes from, the metric, the tolerance an issue set, and its rows -- each with the
+where it comes from, the metric, the tolerance it is held to, and its rows -- each with the
 paper's value, the config in configs/ that reproduces it and the datasets it needs. `run`
 trains each row's config (per seed, at a budget), reads the metric from the test record,
 or runs the table's analysis (the `kind`), and writes DIR/<id>.md, .html and .json: the

@@ -61,12 +61,13 @@ def dyck_row(ctx: Context, table: Table, row: Row) -> RowResult:
 def _dyck_majority(ctx: Context, row: Row) -> RowResult:
     """Always the most frequent closer of the training strings, scored on the test strings
     of the Dyck data the configs train on (seed 0; tiny: 64 strings each)."""
-    from ..data import formal as F
+    from ..data import formal
     from ..data.formal import dyck_majority_baseline
 
     n = 64 if ctx.tiny else None
-    corpus = F.DyckCorpus(seed=0, train_size=n or F.DYCK_TRAIN["size"], train_depth=F.DYCK_TRAIN["max_depth"],
-                          test_size=n or F.DYCK_TEST["size"], test_depth=F.DYCK_TEST["max_depth"])
+    corpus = formal.DyckCorpus(seed=0, train_size=n or formal.DYCK_TRAIN["size"],
+                               train_depth=formal.DYCK_TRAIN["max_depth"], test_size=n or formal.DYCK_TEST["size"],
+                               test_depth=formal.DYCK_TEST["max_depth"])
     train = [ex.tokens for ex in corpus.split("train")]
     test = [ex.tokens for ex in corpus.split("test")]
     base = dyck_majority_baseline(train, test)

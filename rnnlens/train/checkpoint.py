@@ -188,7 +188,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu"):
     return model, cfg, vocab, meta
 
 
-def init_weights(model: torch.nn.Module, path: str | Path, vocab: Vocab, task: str,
+def load_weights(model: torch.nn.Module, path: str | Path, vocab: Vocab, task: str,
                  labels: list[str] | None) -> None:
     """train.init_from: replace `model`'s weights with those of the trained model in `path`,
     after checking that the folder is an intact model (load_checkpoint), that its vocabulary,

@@ -25,6 +25,10 @@ the GPU of its local rank). The result equals one process's with the same settin
   > 0 draw from streams of their own), so runs agree to float tolerance only without dropout.
 
 Messages between processes are tensors and JSON; nothing is pickled.
+
+A process started without torchrun trains alone through `OneProcess`, the same interface with
+nothing to share (every collective the identity, every row its own), so the trainer runs one
+loop either way; `join()` returns one or the other.
 """
 from __future__ import annotations
 
@@ -156,6 +160,119 @@ class Dist:
             shares.append(float(count(part)) / total if hi > lo and total > 0 else 0.0)
         return part, shares
 
+    def units(self, model, sentence_average: bool = False):
+        """The counting function `shard` weighs a slice's loss by (`loss_units`)."""
+        return loss_units(model, sentence_average)
+
+    def train_device(self, device: str) -> torch.device:
+        """The device this rank trains on (`rank_device`)."""
+        return rank_device(self, device)
+
+    def scale_objective(self, objective: torch.Tensor, grad_share: float) -> torch.Tensor:
+        """The slice's loss weighted so that DDP's average over ranks is the global batch's
+        gradient: the sum of the shares."""
+        return objective * (grad_share * self.world)
+
+    def find_resume(self, out) -> "Saved":
+        """resume.find_resume(out) on rank 0, sent to every rank (the others need no access
+        to OUT.partial/). Rank 0's error ends every rank (the others quietly, exit code 2)."""
+        from .resume import find_resume, read_checkpoint
+
+        msg, data, error = None, None, None
+        if self.is_main:
+            try:
+                saved = find_resume(out)
+                data = saved.path.read_bytes()
+                msg = {"path": str(saved.path)}
+            except (RnnlensError, OSError) as e:
+                error = e if isinstance(e, RnnlensError) else RnnlensError(f"cannot read {out}: {e}")
+                msg = {"error": str(error)}
+        msg = self.broadcast_json(msg)
+        if "error" in msg:
+            if self.is_main:
+                raise error
+            raise SystemExit(2)
+        data = self.broadcast_bytes(data)
+        return saved if self.is_main else read_checkpoint(Path(msg["path"]), data=data)
+
+    @staticmethod
+    def close() -> None:
+        """Leave the process group."""
+        shutdown()
+
+
+class OneProcess:
+    """Training in this process alone, with Dist's interface: rank 0 of a world of one, which
+    holds every row of every batch, writes everything, and whose collectives return what they
+    are given. The model with its loss is WithLoss, as DDP would wrap it."""
+
+    rank, world, local_rank = 0, 1, 0
+    is_main = True
+
+    @staticmethod
+    def all_sum(values: list[float]) -> list[float]:
+        return list(values)
+
+    @staticmethod
+    def broadcast_bytes(data: bytes | None) -> bytes:
+        return data or b""
+
+    @staticmethod
+    def broadcast_json(obj=None):
+        return obj
+
+    @staticmethod
+    def gather_rows(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    @staticmethod
+    def gather_json(obj) -> list:
+        return [obj]
+
+    @staticmethod
+    def merged(sums: dict) -> dict:
+        return sums
+
+    @staticmethod
+    def wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        return WithLoss(model)
+
+    @staticmethod
+    def check_used(net) -> None:
+        """Nothing to check: no other process waits for a gradient."""
+
+    @staticmethod
+    def rows(n: int) -> tuple[int, int]:
+        return 0, n
+
+    @staticmethod
+    def shard(batch: Batch, units) -> tuple[Batch, list[float]]:
+        """The whole batch, which holds all of each count of `units`."""
+        return batch, [1.0] * len(units)
+
+    @staticmethod
+    def units(model, sentence_average: bool = False):
+        """None: `shard` needs no counts here (so any task trains, whatever its loss averages)."""
+        return None
+
+    @staticmethod
+    def train_device(device: str) -> torch.device:
+        return torch.device(device)
+
+    @staticmethod
+    def scale_objective(objective: torch.Tensor, grad_share: float) -> torch.Tensor:
+        return objective
+
+    @staticmethod
+    def find_resume(out) -> "Saved":
+        from .resume import find_resume
+
+        return find_resume(out)
+
+    @staticmethod
+    def close() -> None:
+        """No process group to leave."""
+
 
 class WithLoss(torch.nn.Module):
     """batch -> (output, loss): the model and its loss in one forward, so that DDP sees every
@@ -206,11 +323,11 @@ def loss_units(model, sentence_average: bool = False):
                        "train it in one process")
 
 
-def join() -> Dist | None:
-    """Join the process group torchrun set up (None when not launched by torchrun): gloo,
-    plus NCCL for CUDA tensors where CUDA is available."""
+def join() -> Dist | OneProcess:
+    """Join the process group torchrun set up (OneProcess when not launched by torchrun):
+    gloo, plus NCCL for CUDA tensors where CUDA is available."""
     if not launched():
-        return None
+        return OneProcess()
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -242,44 +359,19 @@ def rank_device(d: Dist, device: str) -> torch.device:
     return dev
 
 
-def find_resume(d: Dist | None, out) -> "Saved":
-    """resume.find_resume(out) on rank 0, sent to every rank (the others need no access to
-    OUT.partial/). Rank 0's error ends every rank (the others quietly, exit code 2)."""
-    from .resume import find_resume, read_checkpoint
-
-    if d is None:
-        return find_resume(out)
-    msg, data, error = None, None, None
-    if d.is_main:
-        try:
-            saved = find_resume(out)
-            data = saved.path.read_bytes()
-            msg = {"path": str(saved.path)}
-        except (RnnlensError, OSError) as e:
-            error = e if isinstance(e, RnnlensError) else RnnlensError(f"cannot read {out}: {e}")
-            msg = {"error": str(error)}
-    msg = d.broadcast_json(msg)
-    if "error" in msg:
-        if d.is_main:
-            raise error
-        raise SystemExit(2)
-    data = d.broadcast_bytes(data)
-    return saved if d.is_main else read_checkpoint(Path(msg["path"]), data=data)
-
-
 @contextmanager
-def main_writes(d: Dist | None, make, elsewhere):
+def main_writes(d: Dist | OneProcess, make, elsewhere):
     """Rank 0 (or the only process) runs in the context `make()` gives (the output folder);
     the others get `elsewhere` (a path they never write to). If entering fails on rank 0,
     its error ends every rank (the others quietly, exit code 2)."""
     with ExitStack() as stack:
         value, error = elsewhere, None
-        if d is None or d.is_main:
+        if d.is_main:
             try:
                 value = stack.enter_context(make())
             except RnnlensError as e:
                 error = e
-        if d is not None and d.broadcast_json(None if error is None else str(error)) is not None and not d.is_main:
+        if d.broadcast_json(None if error is None else str(error)) is not None and not d.is_main:
             raise SystemExit(2)
         if error is not None:
             raise error

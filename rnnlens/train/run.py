@@ -13,8 +13,9 @@ from ..data.tokenize import Tokenizer
 from ..data.vocab import Vocab
 from ..errors import RnnlensError
 from ..models import RNNModel
-from .checkpoint import init_weights, save_checkpoint
+from .checkpoint import load_weights, save_checkpoint
 from ..config import Config
+from .distributed import OneProcess
 from .trainer import Trainer, seed_everything
 
 POLARITY_LABELS = ["negative", "positive"]
@@ -208,7 +209,9 @@ def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, d
     checkpoints: a resume.Checkpoints (in `out`) to save resumable checkpoints and, when it
     names one, to continue from it; None: no resume checkpoints.
     dist: a distributed.Dist when this process is one rank of a data-parallel run (torchrun):
-    every rank trains on its slice of each batch, and only rank 0 writes into `out`."""
+    every rank trains on its slice of each batch, and only rank 0 writes into `out`. None: this
+    process alone (distributed.OneProcess)."""
+    dist = dist if dist is not None else OneProcess()
     check_device(cfg.train.device)
     check_precision(cfg.train.device, cfg.train.precision)
     if cfg.train.threads:
@@ -225,7 +228,7 @@ def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, d
             print(f"note: {note}")
     model = build_model(cfg, vocab, data.task, data.labels)
     if cfg.train.init_from:
-        init_weights(model, cfg.train.init_from, vocab, data.task, data.labels)
+        load_weights(model, cfg.train.init_from, vocab, data.task, data.labels)
         if progress:
             print(f"note: weights from {cfg.train.init_from}")
     train = batches(cfg, data.task, data.splits["train"], vocab, train=True)
@@ -243,7 +246,7 @@ def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, d
         test = trainer.evaluate(batches(cfg, data.task, data.splits["test"], vocab, train=False))
         trainer._log({"split": "test", "best_epoch": trainer.best_epoch, **{f"test_{k}": v for k, v in test.items()}})
     model.cpu().eval()
-    if dist is None or dist.is_main:
+    if dist.is_main:
         try:
             save_checkpoint(out, model, cfg, vocab, data.labels, data.task, data.notes)
         except OSError as e:             # a full disk: one line, and what is kept

@@ -28,6 +28,7 @@ import torch
 from ..config import TrainConfig, parse_select
 from ..errors import RnnlensError
 from ..metrics import merge_metrics
+from .distributed import OneProcess
 
 
 def seed_everything(seed: int) -> None:
@@ -67,7 +68,8 @@ class Trainer:
 
     dist (a distributed.Dist, optional): data-parallel training, this process being one
     rank of it (see rnnlens.train.distributed): each rank trains on its slice of every
-    batch, and only rank 0 writes metrics and checkpoints."""
+    batch, and only rank 0 writes metrics and checkpoints. Without it the process trains
+    alone (distributed.OneProcess: the same calls, nothing shared)."""
 
     def __init__(self, model: torch.nn.Module, cfg: TrainConfig, metrics_path: str | Path | None = None,
                  progress: bool = True, select: tuple[str, str] | None = None, checkpoints=None,
@@ -75,21 +77,16 @@ class Trainer:
         check_precision(model, cfg)
         self.model = model
         self.cfg = cfg
-        self.dist = dist
-        self.metrics_path = Path(metrics_path) if metrics_path and (dist is None or dist.is_main) else None
+        self.dist = dist = dist if dist is not None else OneProcess()
+        self.metrics_path = Path(metrics_path) if metrics_path and dist.is_main else None
         self.progress = progress
         # (metric, "max" | "min"): what early stopping and the best checkpoint follow
         self.select = select or (parse_select(cfg.select) if cfg.select
                                  else model.head.select)
-        if dist is not None:
-            from .distributed import loss_units, rank_device
-
-            self.device = rank_device(dist, cfg.device)
-            self._units = loss_units(model)          # what the head's loss is the mean over
-            self._grad_units = loss_units(model, cfg.loss_average == "sentence")
-        else:
-            self.device = torch.device(cfg.device)
-        self._net = None                   # data parallel: the model and its loss in DDP
+        self.device = dist.train_device(cfg.device)
+        self._units = dist.units(model)          # what the head's loss is the mean over
+        self._grad_units = dist.units(model, cfg.loss_average == "sentence")
+        self._net = None                   # the model and its loss (WithLoss, in DDP across processes)
         self._used_checked = False         # DDP: every parameter got a gradient (checked once)
         self.optimizer = make_optimizer(model.parameters(), cfg)
         self.checkpoints = checkpoints
@@ -139,26 +136,20 @@ class Trainer:
         loss_sum, n = 0.0, 0
         d = self.dist
         for batch in batches:
-            if d is not None:            # this rank's slice; the sums are added up below
-                size = len(batch)
-                n += size
-                lo, hi = d.rows(size)
-                if hi == lo:
-                    continue
-                batch, (share,) = d.shard(batch, [self._units])
+            size = len(batch)            # this rank's slice; the sums are added up below
+            n += size
+            lo, hi = d.rows(size)
+            if hi == lo:
+                continue
+            batch, (share,) = d.shard(batch, [self._units])
             batch = batch.to(self.device)
             with self._autocast():
                 out = self.model(batch)
                 loss, metrics = self.model.head.loss_and_metrics(out, batch)
-            if d is not None:            # the batch's mean loss is the shares' weighted sum
-                loss_sum += loss.item() * share * size
-            else:
-                loss_sum += loss.item() * len(batch)
-                n += len(batch)
+            loss_sum += loss.item() * share * size     # the batch's mean loss: the shares' weighted sum
             merge_metrics(merged, metrics)
-        if d is not None:
-            loss_sum = d.all_sum([loss_sum])[0]
-            merged = d.merged(merged)
+        loss_sum = d.all_sum([loss_sum])[0]
+        merged = d.merged(merged)
         if n == 0:
             raise RnnlensError("cannot evaluate on an empty split")
         return {"loss": loss_sum / n, **self.model.head.finalize(merged)}
@@ -176,12 +167,11 @@ class Trainer:
         if self._best_state is not None:
             tensors.update(prefixed("best.", self._best_state))
         carry = getattr(self.model, "_carry", None) if pos else None
-        if self.dist is not None:        # the run's state as one process would hold it
-            if pos is not None:
-                pos = {**pos, "sums": self.dist.merged(pos["sums"])}
-                carry = [self.dist.gather_rows(c) for c in carry] if carry else carry
-            if not self.dist.is_main:
-                return
+        if pos is not None:              # the run's state as one process would hold it
+            pos = {**pos, "sums": self.dist.merged(pos["sums"])}
+            carry = [self.dist.gather_rows(c) for c in carry] if carry else carry
+        if not self.dist.is_main:
+            return
         for i, c in enumerate(carry or []):
             tensors[f"carry.{i}"] = c.detach().cpu().clone()
         state = {
@@ -222,11 +212,10 @@ class Trainer:
             self._resume_pos = {"batches_done": s["batches_done"], "loss_sum": sums["loss_sum"], "n": sums["n"],
                                 "sums": sums["metrics"],
                                 "carry": [t[f"carry.{i}"].to(self.device) for i in range(s["carry"])] or None}
-            if self.dist is not None:    # this rank's rows of the carried state; rank 0 holds
-                carry = self._resume_pos["carry"]      # the sums of every rank so far
-                self._resume_pos["carry"] = [c[slice(*self.dist.rows(len(c)))] for c in carry] if carry else None
-                if not self.dist.is_main:
-                    self._resume_pos["sums"] = {}
+            carry = self._resume_pos["carry"]          # this rank's rows of the carried state;
+            self._resume_pos["carry"] = [c[slice(*self.dist.rows(len(c)))] for c in carry] if carry else None
+            if not self.dist.is_main:                  # rank 0 holds the sums of every rank so far
+                self._resume_pos["sums"] = {}
         if self.metrics_path is not None:   # the lines logged after the checkpoint go
             tmp = self.metrics_path.with_name(self.metrics_path.name + ".tmp")
             try:
@@ -278,10 +267,9 @@ class Trainer:
         objective = loss
         if self.cfg.loss_average == "sentence":   # sum over each sentence's tokens / sentences
             objective = loss * (batch.mask.sum() / len(batch))
-        if d is not None:             # DDP averages over ranks: the sum of the shares
-            objective = objective * (grad_share * d.world)
+        objective = d.scale_objective(objective, grad_share)   # DDP averages over ranks
         objective.backward()
-        if d is not None and not self._used_checked:
+        if not self._used_checked:
             d.check_used(self._net)
             self._used_checked = True
         if check_grad:
@@ -313,26 +301,20 @@ class Trainer:
         d = self.dist
         for i, batch in enumerate(bar, skip + 1):
             size = len(batch)                 # the global batch's, under data parallelism
-            mine = True                       # whether this rank's slice holds rows
-            if d is not None:
-                lo, hi = d.rows(size)
-                mine = hi > lo
-                batch, (share, grad_share) = d.shard(batch, [self._units, self._grad_units])
+            lo, hi = d.rows(size)
+            mine = hi > lo                    # whether this rank's slice holds rows
+            batch, (share, grad_share) = d.shard(batch, [self._units, self._grad_units])
             batch = batch.to(self.device)
             self.step += 1
             self.optimizer.zero_grad(set_to_none=True)
             with self._autocast():            # the backward below runs outside it
-                if d is None:
-                    out = self.model(batch)
-                    loss = self.model.loss(out, batch)
-                else:                         # in DDP: (output, loss), from the slice
-                    out, loss = self._net(batch)
+                out, loss = self._net(batch)  # (output, loss), from the slice
             # the batch's loss: under data parallelism the shares' sum, the same on every rank
-            value = loss.item() if d is None else d.all_sum([loss.item() * share if share else 0.0])[0]
+            value = d.all_sum([loss.item() * share if share else 0.0])[0]
             if not math.isfinite(value):
                 fault = f"loss became {value}"
             else:
-                fault = self._backward(loss, batch, grad_share if d is not None else None, check_grad)
+                fault = self._backward(loss, batch, grad_share, check_grad)
             if fault is not None:
                 self._fault(fault, epoch)     # raises, or skips this batch
                 self.optimizer.zero_grad(set_to_none=True)
@@ -356,7 +338,7 @@ class Trainer:
                                 **{k: f"{v:.3f}" for k, v in shown.items() if isinstance(v, (int, float))},
                                 refresh=False)
         bar.close()
-        if d is not None and track:
+        if track:
             sums = d.merged(sums)
         return {"loss": loss_sum / max(n, 1), **(self.model.head.finalize(sums) if track else {})}
 
@@ -369,16 +351,15 @@ class Trainer:
         name, direction = self.select
         sign = 1.0 if direction == "max" else -1.0
         d = self.dist
-        if d is not None:
-            if self.cfg.batch_size < d.world:
-                raise RnnlensError(f"train.batch_size {self.cfg.batch_size} is the global batch, shared by "
-                                   f"{d.world} processes: it must be at least {d.world}")
-            self._net = d.wrap(self.model, self.device)
+        if self.cfg.batch_size < d.world:
+            raise RnnlensError(f"train.batch_size {self.cfg.batch_size} is the global batch, shared by "
+                               f"{d.world} processes: it must be at least {d.world}")
+        self._net = d.wrap(self.model, self.device)
         if self.checkpoints is not None and self.checkpoints.resume is not None:
             self._restore(self.checkpoints.resume, train_batches)
         else:
             self._start = time.perf_counter()
-        if d is not None and d.rank:          # dropout masks of its own on every rank
+        if d.rank:                            # dropout masks of its own on every rank
             torch.manual_seed(self.cfg.seed + 1_000_003 * d.rank + self.step)
         epoch = self.epoch
         while not self.finished and epoch < self.cfg.epochs:
@@ -421,8 +402,7 @@ class Trainer:
             limit = self.cfg.time_limit
             if not stop and limit is not None and epoch < self.cfg.epochs:
                 spent = time.perf_counter() - self._start
-                if d is not None:             # rank 0's clock decides for all
-                    spent = d.all_sum([spent if d.is_main else 0.0])[0]
+                spent = d.all_sum([spent if d.is_main else 0.0])[0]     # rank 0's clock decides for all
                 # stop when the next epoch, at the mean pace so far, would end past the limit
                 if spent + spent / epoch > limit:
                     self._log({"stopped": "time_limit", "after_epoch": epoch, "seconds_spent": round(spent, 3)})

@@ -192,10 +192,10 @@ def test_fast_engine_matches_dense_reference_with_gradients(name, H):
     x.requires_grad_(True)
     s0 = torch.randn(3, cell.state_size, dtype=D) * 0.3
     fast, fast_fin = affine_scan(cell.linear_view(x, mask), s0)
-    A, g = cell.matrices(x)
+    A, g = cell.matrices_ref(x)
     if not cell.additive:
         g = g * first_tokens(mask, 3, x.shape[1], x.device)[..., None]
-    ref, ref_fin = affine_scan_ref(A, g, mask, s0)
+    ref, ref_fin = affine_scan_ref(A, g, s0, mask)
     assert max_diff(fast, ref) < 1e-12 and max_diff(fast_fin, ref_fin) < 1e-12
     w = torch.randn_like(fast)
     params = [x, *cell.parameters()]
@@ -286,7 +286,7 @@ def _masks(B, T):
 @pytest.mark.parametrize("which", ["none", "right", "left", "interior"])
 @pytest.mark.parametrize("block", [None, 1, 3])
 def test_va_w_window_sum_forward_matches_the_recurrence_with_gradients(m, which, block):
-    """forward (the windowed sum as a DFT convolution, no [B,T,m*H] states) == step_loop
+    """forward (the windowed sum as a DFT convolution, no [B,T,m*H] states) == forward_ref
     (the dense block shift, one step at a time): outputs, final state and every gradient,
     from a non-zero start state, in one block or in blocks of max(block, m-1) positions."""
     B, T, H = 4, 8, 4
@@ -298,7 +298,7 @@ def test_va_w_window_sum_forward_matches_the_recurrence_with_gradients(m, which,
     x = torch.randn(B, T, E, dtype=D, requires_grad=True)
     s0 = (torch.randn(B, m * H, dtype=D) * 0.5).requires_grad_(True)
     out, fin = cell(x, mask, s0)
-    ref, ref_fin = cell.step_loop(x, mask, s0)
+    ref, ref_fin = cell.forward_ref(x, mask, s0)
     assert out.shape == (B, T, H) and fin.shape == (B, m * H)
     assert max_diff(out, ref) < 1e-12 and max_diff(fin, ref_fin) < 1e-12
     assert max_diff(fin, cell.scan(x, mask, s0)[1]) < 1e-12           # the generic affine scan
@@ -322,7 +322,7 @@ def test_va_w_forward_never_builds_the_extended_states(monkeypatch):
     cell = build(VAW, 4)
     x = torch.randn(2, 50, E, dtype=D, requires_grad=True)
     mask = torch.arange(50)[None] < torch.tensor([50, 31])[:, None]
-    ref = cell.step_loop(x, mask)[0]
+    ref = cell.forward_ref(x, mask)[0]
 
     def refuse(*a):
         raise AssertionError("the forward built g_ext")

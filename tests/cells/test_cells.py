@@ -15,7 +15,7 @@ def test_step_loop_equals_forward_outputs_states_and_gradients(name, dtype):
     x, mask, _ = padded_batch(dtype)
     x.requires_grad_(True)
     out, final = cell(x, mask)
-    ref, ref_final = cell.step_loop(x, mask)
+    ref, ref_final = cell.forward_ref(x, mask)
     tol = 1e-12 if dtype == torch.float64 else 1e-5
     assert out.shape == (4, 6, H) and final.shape == (4, cell.state_size)
     assert max_diff(out, ref) < tol and max_diff(final, ref_final) < tol
@@ -55,7 +55,7 @@ def test_initial_state_is_used(name):
     x, mask, _ = padded_batch()
     s0 = torch.randn(4, cell.state_size, dtype=x.dtype)
     out, _ = cell(x, mask, s0)
-    ref, _ = cell.step_loop(x, mask, s0)
+    ref, _ = cell.forward_ref(x, mask, s0)
     assert max_diff(out, ref) < 1e-12
     assert max_diff(out, cell(x, mask)[0]) > 1e-6
 

@@ -46,7 +46,7 @@ def test_sru_without_highway_is_rrnn_b():
     states, _ = cell.scan(x, mask)
     assert max_diff(states, c) < 1e-12
     assert max_diff(cell(x, mask)[0], h) < 1e-12           # SRU's h = tanh(c) is RRNN(B)'s output too
-    assert max_diff(cell.step_loop(x, mask)[0], h) < 1e-12
+    assert max_diff(cell.forward_ref(x, mask)[0], h) < 1e-12
 
 
 def test_t_rnn_is_rrnn_b():
@@ -81,7 +81,7 @@ def test_qrnn2_is_appendix_a():
     assert type(cell) is QRNN2
     out, final = cell(x, mask)
     assert max_diff(out, c) < 1e-12                        # f-pooling: the output is c
-    assert max_diff(cell.step_loop(x, mask)[0], c) < 1e-12
+    assert max_diff(cell.forward_ref(x, mask)[0], c) < 1e-12
     lengths = mask.sum(1)
     assert max_diff(final, c[torch.arange(4), lengths - 1]) < 1e-12
     view = cell.linear_view(x, mask)
@@ -97,7 +97,7 @@ def test_qrnn2_window_skips_pads_anywhere():
     states, _ = cell.scan(x, mask)
     alone, _ = cell.scan(x[:, mask[0]])
     assert max_diff(states[mask], alone[0]) < 1e-12
-    assert max_diff(cell.step_loop(x, mask)[0][mask], alone[0]) < 1e-12
+    assert max_diff(cell.forward_ref(x, mask)[0][mask], alone[0]) < 1e-12
     x2 = torch.where(mask[..., None], x, 100 * torch.randn_like(x))
     assert max_diff(cell.scan(x2, mask)[0], states) == 0
 
@@ -127,7 +127,7 @@ def test_isan_with_one_hot_embeddings_is_eq_16():
     x = one_hot(tokens, 7)
     states = cell.scan(x, mask)[0]
     assert max_diff(states, c) < 1e-12
-    assert max_diff(cell.step_loop(x, mask)[0], c) < 1e-12
+    assert max_diff(cell.forward_ref(x, mask)[0], c) < 1e-12
     view = cell.linear_view(x, mask)
     assert view.exact and max_diff(view.unroll()[mask], c[mask]) < 1e-12
     assert max_diff(view.matrix(0)[0], ref.W[tokens[0, 0]]) < 1e-15  # A(x) is W_{x_t} itself
@@ -230,7 +230,7 @@ def test_isan_over_learned_embeddings():
     table, ids = symbols()
     x = table[ids][None]
     states = cell.scan(x)[0][0]
-    A, g = cell.matrices(x)
+    A, g = cell.matrices_ref(x)
     s, ref = torch.zeros(H, dtype=D), []
     for t in range(len(ids)):
         s = A[0, t] @ s + g[0, t]
@@ -247,7 +247,7 @@ def test_qrnn2_cell_contract():
     x, mask = padded_batch()
     x.requires_grad_(True)
     out, final = cell(x, mask)
-    ref, ref_final = cell.step_loop(x, mask)
+    ref, ref_final = cell.forward_ref(x, mask)
     assert max_diff(out, ref) < 1e-12 and max_diff(final, ref_final) < 1e-12
     w = torch.randn_like(out)
     g1 = torch.autograd.grad((out * w).sum() + final.sum(), [x, *cell.parameters()])
@@ -259,7 +259,7 @@ def test_qrnn2_cell_contract():
         alone, alone_final = cell(x[b: b + 1, :L])
         assert max_diff(out[b, :L], alone[0]) < 1e-12 and max_diff(final[b], alone_final[0]) < 1e-12
     s0 = torch.randn(4, H, dtype=D)                                  # a start state is used
-    assert max_diff(cell(x, mask, s0)[0], cell.step_loop(x, mask, s0)[0]) < 1e-12
+    assert max_diff(cell(x, mask, s0)[0], cell.forward_ref(x, mask, s0)[0]) < 1e-12
     view = cell.linear_view(x, mask)                                # structured == dense
     Vs = torch.randn(4, 3, H, dtype=D)
     for t in range(6):
@@ -286,7 +286,7 @@ def _isan_masks(B, T):
 @pytest.mark.parametrize("steps", [None, 1, 3])
 def test_isan_scan_matches_the_dense_reference_with_gradients(which, steps):
     """forward (_ISANScan: matrices built a chunk of `steps` positions at a time) == the dense
-    reference (matrices() then affine_scan_ref, and step_loop): states, final state and every
+    reference (matrices_ref() then affine_scan_ref, and forward_ref): states, final state and every
     gradient, from a non-zero start state."""
     from rnnlens.ops.affine import affine_scan_ref
     B, T = 4, 7
@@ -297,10 +297,10 @@ def test_isan_scan_matches_the_dense_reference_with_gradients(which, steps):
     x = torch.randn(B, T, E, dtype=D, requires_grad=True)
     s0 = torch.randn(B, H, dtype=D, requires_grad=True)
     out, fin = cell(x, mask, s0)
-    A, g = cell.matrices(x)
-    ref, ref_fin = affine_scan_ref(A, g, mask, s0)
+    A, g = cell.matrices_ref(x)
+    ref, ref_fin = affine_scan_ref(A, g, s0, mask)
     assert max_diff(out, ref) < 1e-12 and max_diff(fin, ref_fin) < 1e-12
-    loop, loop_fin = cell.step_loop(x, mask, s0)
+    loop, loop_fin = cell.forward_ref(x, mask, s0)
     assert max_diff(out, loop) < 1e-12 and max_diff(fin, loop_fin) < 1e-12
     w, v = torch.randn_like(out), torch.randn_like(fin)
     params = [x, s0, *cell.parameters()]
@@ -313,7 +313,7 @@ def test_isan_scan_matches_the_dense_reference_with_gradients(which, steps):
 
 def test_isan_scan_holds_one_chunk_of_matrices(monkeypatch):
     """The forward and backward never build more than `steps` positions' matrices at once."""
-    import rnnlens.cells.equivalences as eq
+    import rnnlens.cells.isan as eq
     built = []
     real = eq._isan_matrices
     monkeypatch.setattr(eq, "_isan_matrices", lambda x, *a: built.append(x.shape[0]) or real(x, *a))

@@ -47,7 +47,7 @@ def test_fused_forward_equals_the_step_loop_with_all_gradients(name, masked, tra
     x, mask, s0 = inputs(cell.state_size)
     m = mask if masked else None
     s = s0 if start else None
-    ref, ref_final = cell.step_loop(x, m, s)
+    ref, ref_final = cell.forward_ref(x, m, s)
     no_loop(cell, monkeypatch)
     out, final = cell(x, m, s)
     assert max_diff(out, ref) < 1e-12 and max_diff(final, ref_final) < 1e-12
@@ -83,7 +83,7 @@ def test_what_the_kernel_cannot_do_takes_the_loop(name):
     left[2] = False                          # an empty row
     cell.eval()
     out, final = cell(x, left, s0)
-    ref, ref_final = cell.step_loop(x, left, s0)
+    ref, ref_final = cell.forward_ref(x, left, s0)
     assert max_diff(out, ref) < 1e-12 and max_diff(final, ref_final) < 1e-12
     cell.train()
     cell.recurrent_dropout = 0.5

@@ -1,10 +1,10 @@
-"""Bad input everywhere (issue 11, items 4 and 5): every reader, config and checkpoint file
-that a user can hand to the command line, broken in every way the issue lists (malformed
-lines, wrong encodings, empty files, labels missing from a split, vocabulary/checkpoint
-mismatch, a config from another version, swapped or truncated model files), ends with ONE
-line on stderr naming the file (and line where one applies), exit code 2, no traceback and
-nothing written. Security: nothing is unpickled, HTML escapes data text, and names the
-tool makes itself never lead outside the output folder."""
+"""Bad input everywhere: every reader, config and checkpoint file that a user can hand to
+the command line, broken in every way a file can be (malformed lines, wrong encodings,
+empty files, labels missing from a split, vocabulary/checkpoint mismatch, a config from
+another version, swapped or truncated model files), ends with ONE line on stderr naming
+the file (and line where one applies), exit code 2, no traceback and nothing written.
+Security: nothing is unpickled, HTML escapes data text, and names the tool makes itself
+never lead outside the output folder."""
 import gzip
 import json
 import pickle

@@ -1,4 +1,4 @@
-"""Property-based tests (hypothesis), issue 11 item 4: the tokenizer, every reader on
+"""Property-based tests (hypothesis): the tokenizer, every reader on
 generated files, the n-gram decomposition (parts add up, nothing NaN for finite input), and
 a fuzz of `rnnlens explain` on random unicode text. Example counts are kept small so the
 file runs in well under a minute on one core."""

@@ -32,8 +32,10 @@ def inputs(name, B, T, D, dtype=F64, device="cpu", c0=True):
 
 
 def outputs_and_grads(scan, name, z, u, c0, mask=None, weight=None, **kw):
-    """c and the gradients of (c * weight).sum() w.r.t. z (through the gates), u and c0."""
-    c = scan(gates(z, name), u, c0, name, mask, **kw)
+    """c and the gradients of (c * weight).sum() w.r.t. z (through the gates), u and c0; the
+    final state is each row's last (pads keep the state)."""
+    c, final = scan(gates(z, name), u, c0, mask, semiring=name, **kw)
+    assert torch.equal(final, c[:, -1])
     w = weight if weight is not None else torch.randn_like(c)
     leaves = [t for t in (z, u, c0) if t is not None]
     return c, torch.autograd.grad((c * w).sum(), leaves)
@@ -161,7 +163,7 @@ def test_gradcheck(name, masked):
     mask = torch.tensor([[True] * 6, [True, False, True, True, False, True]]) if masked else None
 
     def fn(z, u, c0):
-        return elementwise_scan(gates(z, name), u, c0, name, mask, chunk=4)
+        return elementwise_scan(gates(z, name), u, c0, mask, semiring=name, chunk=4)[0]
 
     assert torch.autograd.gradcheck(fn, (z, u, c0))
 
@@ -171,7 +173,7 @@ def test_gradcheck(name, masked):
 def _grads_of(c_index, f, u, c0, name, chunk):
     f, u, c0 = (torch.tensor(x, dtype=F64).view(1, -1, 1).requires_grad_() for x in (f, u, c0))
     c0v = c0.view(1, 1)
-    c = elementwise_scan(f, u, c0v, name, chunk=chunk)
+    c, _ = elementwise_scan(f, u, c0v, semiring=name, chunk=chunk)
     c[0, c_index, 0].backward()
     return c.flatten().tolist(), f.grad.flatten().tolist(), u.grad.flatten().tolist(), c0.grad.item()
 
@@ -236,20 +238,20 @@ def test_shared_parameter_gradient_is_summed_over_the_batch(name, scan):
     c0 = torch.randn(D, dtype=F64, requires_grad=True)                  # a shared start state
     w = torch.randn(B, T, D, dtype=F64)
     mask = torch.rand(B, T) > 0.2
-    (scan(f, x * b, c0, name, mask) * w).sum().backward()
+    (scan(f, x * b, c0, mask, semiring=name)[0] * w).sum().backward()
     total_b, total_c0 = b.grad.clone(), c0.grad.clone()
     rows_b, rows_c0 = torch.zeros_like(total_b), torch.zeros_like(total_c0)
     for i in range(B):
         b.grad = c0.grad = None
-        (scan(f[i:i + 1], x[i:i + 1] * b, c0, name, mask[i:i + 1]) * w[i:i + 1]).sum().backward()
+        (scan(f[i:i + 1], x[i:i + 1] * b, c0, mask[i:i + 1], semiring=name)[0] * w[i:i + 1]).sum().backward()
         rows_b += b.grad
         rows_c0 += c0.grad
     assert max_diff(total_b, rows_b) < 1e-12 and max_diff(total_c0, rows_c0) < 1e-12
     # u itself broadcast from [D]: summed over batch and time
     b.grad = None
-    (scan(f, b, None, name) * w).sum().backward()
+    (scan(f, b, semiring=name)[0] * w).sum().backward()
     b2 = b.detach().expand(B, T, D).clone().requires_grad_()
-    (scan(f, b2, None, name) * w).sum().backward()
+    (scan(f, b2, semiring=name)[0] * w).sum().backward()
     expected = b2.grad.sum((0, 1))
     assert max_diff(b.grad, expected) < 1e-12
 
@@ -258,7 +260,8 @@ def test_shared_parameter_gradient_is_summed_over_the_batch(name, scan):
 
 def test_arguments():
     f = torch.rand(2, 5, 3)
-    assert elementwise_scan(f[:, :0], f[:, :0]).shape == (2, 0, 3)
+    c, final = elementwise_scan(f[:, :0], f[:, :0], f[:, 0])
+    assert c.shape == (2, 0, 3) and torch.equal(final, f[:, 0])                # no steps: the start state
     assert default_chunk(1) == 1 and default_chunk(35) == 8 and default_chunk(1024) == 32 and default_chunk(10**5) == 64
     with pytest.raises(RnnlensError, match="real, max-plus"):
         elementwise_scan(f, f, semiring="tropical")

@@ -83,7 +83,7 @@ def test_dtypes_one_matrix_and_an_empty_batch():
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
 def test_truncated_urn_fast_path_equals_the_reference(n, k, proj, dtype, tol, monkeypatch):
     """The cell (fast exponential, both the distinct-row and per-position tables) against
-    step_loop (matrix_exp of skew_ref at every step): outputs, final states, gradients
+    forward_ref (matrix_exp of skew_ref at every step): outputs, final states, gradients
     w.r.t. x and the learned map."""
     calls = []
     real = unitary.truncated_expm_factor
@@ -102,7 +102,7 @@ def test_truncated_urn_fast_path_equals_the_reference(n, k, proj, dtype, tol, mo
     def grads(out, final):
         return torch.autograd.grad((out * w).sum() + final.sum(), params)
 
-    ref, ref_final = cell.step_loop(x, mask)
+    ref, ref_final = cell.forward_ref(x, mask)
     ref_grads = grads(ref, ref_final)
     assert not calls                                                   # the reference is dense
     for unique in (False, True):
@@ -126,7 +126,7 @@ def fold(gx):
 
 
 def test_embedding_dropout_runs_one_fast_exponential_per_sequence_and_word(monkeypatch):
-    """Training with dropout on the word vectors (the default target): forward == step_loop
+    """Training with dropout on the word vectors (the default target): forward == forward_ref
     on the masked vectors (state mask fixed to ones), values and gradients."""
     calls = []
     real = unitary.truncated_expm_factor
@@ -143,7 +143,7 @@ def test_embedding_dropout_runs_one_fast_exponential_per_sequence_and_word(monke
     w = torch.randn(4, 5, n, generator=g, dtype=torch.float64)
     out, _ = cell(table[tokens])
     assert calls == [int(torch.unique(tokens + 3 * torch.arange(4)[:, None]).numel())]
-    ref, _ = cell.step_loop(table[tokens] * m_x[:, None, :])
+    ref, _ = cell.forward_ref(table[tokens] * m_x[:, None, :])
     assert max_diff(out, ref) < 1e-12
     g_fast, = torch.autograd.grad((out * w).sum(), table)
     g_ref, = torch.autograd.grad((ref * w).sum(), table)

@@ -119,7 +119,7 @@ def test_float32_a_larger_rho_and_empty_batches():
 # --- the URN's scan ----------------------------------------------------------------------------
 def reference_scan(cell, x, mask, s0, m_x=None, m_h=None):
     """The scan written out from the equations, dropout included: h_t = Q(m_x * x_t)
-    (m_h * h_{t-1} + (1 - u) e_0) at real positions, with _matrix_ref (matrix_exp of skew_ref)."""
+    (m_h * h_{t-1} + (1 - u) e_0) at real positions, with word_matrix_ref (matrix_exp of skew_ref)."""
     n = cell.hidden_size
     e0 = torch.zeros(n, dtype=x.dtype)
     e0[0] = 1
@@ -128,7 +128,7 @@ def reference_scan(cell, x, mask, s0, m_x=None, m_h=None):
     for t in range(x.shape[1]):
         xt = x[:, t] if m_x is None else x[:, t] * m_x
         p = (h if m_h is None else h * m_h) + (1 - u) * e0
-        new = torch.einsum("bij,bj->bi", cell._matrix_ref(xt), p)
+        new = torch.einsum("bij,bj->bi", cell.word_matrix_ref(xt), p)
         m = mask[:, t, None]
         h, u = torch.where(m, new, h), torch.where(m, torch.ones_like(u), u)
         outs.append(h)
@@ -196,12 +196,12 @@ def test_urn_action_scan_equals_the_reference(n, k, proj, dropout, monkeypatch):
 
 def test_urn_action_scan_in_float32_and_the_step_loop():
     """float32 (terms set by float32's rounding) against the float64 step loop, and the
-    action path's float64 outputs against step_loop without dropout."""
+    action path's float64 outputs against forward_ref without dropout."""
     torch.manual_seed(0)
     n = 50
     cell = URN(triangle_size(n), n).double().train()
     x, mask, s0 = padded_batch(cell, seed=4, scale=0.1)
-    ref, ref_final = cell.step_loop(x, mask, s0)
+    ref, ref_final = cell.forward_ref(x, mask, s0)
     out, final = cell(x, mask, s0)
     assert max_diff(out, ref) < 1e-12 and max_diff(final, ref_final) < 1e-12
     cell32 = URN(triangle_size(n), n).train()
@@ -271,7 +271,7 @@ def test_urn_action_scan_on_cuda_matches_the_cpu():
 def test_linear_rnn_sequence_scan_equals_the_step_loop(target, chunk, monkeypatch):
     """_LinearRNNScan (matrices kept from forward, or rebuilt in backward in chunks of 2
     steps or 1) against the step loop over every position's matrix (sequence_scan = False)
-    and, without dropout, against step_loop: values, final states, gradients w.r.t. x, the
+    and, without dropout, against forward_ref: values, final states, gradients w.r.t. x, the
     start state, W and b."""
     torch.manual_seed(0)
     n = 4
@@ -307,7 +307,7 @@ def test_linear_rnn_sequence_scan_equals_the_step_loop(target, chunk, monkeypatc
     assert calls == [7 if chunk == "kept" else chunk]
     refs = [loop]
     if target is None:
-        ref, ref_final = cell.step_loop(x, mask, s0)
+        ref, ref_final = cell.forward_ref(x, mask, s0)
         refs.append([ref, ref_final, *torch.autograd.grad((ref * w).sum() + ref_final.sum(), params)])
     for r in refs:
         for a, b in zip(fast, r):

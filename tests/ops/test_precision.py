@@ -208,7 +208,7 @@ def test_fused_scans_run_in_float32_under_autocast(onednn):
             "structured": (lambda *a: structured_scan(*a, mask)[0], [g, W, coef, diag, s0]),
             "lstm": (lambda g, W, f, a_i, a_g, a_o, k, s0: lstm_scan(g, W, f, a_i, a_g, a_o, k, None, s0, mask)[0],
                      [torch.randn(B, T, H2), torch.randn(3 * H, H) * 0.3, *gates, torch.randn(B, H2)]),
-            "elementwise": (lambda f, u, c0: elementwise_scan(f, u, c0, mask=mask),
+            "elementwise": (lambda f, u, c0: elementwise_scan(f, u, c0, mask=mask)[0],
                             [torch.rand(B, T, H), torch.randn(B, T, H), torch.randn(B, H)]),
         }
         for name, (fn, inputs) in cases.items():
@@ -238,7 +238,7 @@ def test_structured_scan_takes_bf16_inputs_in_float32():
     g32, coef32, diag32 = (t.detach().float().requires_grad_(True) for t in low)
     K = W.shape[0] // H
     A = (coef32.view(B, T, K, H, 1) * W.view(K, H, H)).sum(2) + torch.diag_embed(diag32)
-    ref, _ = affine_scan_ref(A, g32 * mask[..., None], mask, s0)
+    ref, _ = affine_scan_ref(A, g32 * mask[..., None], s0, mask)
     assert torch.allclose(states, ref, atol=1e-5)
     dy = torch.randn_like(ref)
     grads = torch.autograd.grad(states, low, dy)
@@ -256,10 +256,10 @@ def test_elementwise_scan_takes_bf16_inputs_in_float32(semiring):
     u, c0 = torch.randn(B, T, H), torch.randn(B, H)
     mask = padded_mask(B, T)
     fl, ul = f.bfloat16().requires_grad_(True), u.bfloat16().requires_grad_(True)
-    c = elementwise_scan(fl, ul, c0, semiring, mask)
+    c, _ = elementwise_scan(fl, ul, c0, mask, semiring=semiring)
     assert c.dtype == torch.float32
     f32, u32 = fl.detach().float().requires_grad_(True), ul.detach().float().requires_grad_(True)
-    ref = elementwise_scan_ref(f32, u32, c0, semiring, mask)
+    ref, _ = elementwise_scan_ref(f32, u32, c0, mask, semiring=semiring)
     assert torch.allclose(c, ref, atol=1e-5)
     dy = torch.randn_like(ref)
     for a, r in zip(torch.autograd.grad(c, [fl, ul], dy), torch.autograd.grad(ref, [f32, u32], dy)):

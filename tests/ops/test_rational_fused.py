@@ -101,12 +101,12 @@ def test_fused_equals_the_step_reference(name, monkeypatch):
             return noise
         # a consistent start: the read-out block is p1 c_1 + p2 c_2 of the others
         H = cell.hidden_size
-        p1, p2, _ = cell._pr(noise.dtype)
+        p1, p2, _ = cell.final_epsilon_weights(noise.dtype)
         return torch.cat([noise[:, :2 * H], p1 * noise[:, :H] + p2 * noise[:, H:2 * H]], 1)
 
     h, final = cell(x, mask, s0())
     gh = torch.autograd.grad(h.sum() + final.sum(), [x] + list(cell.parameters()))
-    h_ref, final_ref = cell.step_loop(x, mask, s0())
+    h_ref, final_ref = cell.forward_ref(x, mask, s0())
     gr = torch.autograd.grad(h_ref.sum() + final_ref.sum(), [x] + list(cell.parameters()))
     torch.testing.assert_close(h, h_ref)
     torch.testing.assert_close(final, final_ref)

@@ -61,7 +61,8 @@ def run(scan, name, z, u, c0, mask, w, gate=True):
     or f itself with gate=False), u and c0 (those given)."""
     z, u, c0 = leaves(z, u, c0)
     mask = None if mask is None else mask.to(z.device)
-    c = scan(gates(z, name) if gate else z, u, c0, name, mask)
+    c, final = scan(gates(z, name) if gate else z, u, c0, mask, semiring=name)
+    assert torch.equal(final, c[:, -1])
     grads = torch.autograd.grad((c * w.to(c.device, c.dtype)).sum(), [t for t in (z, u, c0) if t is not None])
     return c.cpu(), [g.cpu() for g in grads]
 
@@ -79,7 +80,7 @@ def compare(name, z, u, c0, mask=None, gate=True, against=elementwise_scan_ref):
     c, g = run(elementwise_scan_triton, name, z, u, c0, mask, w, gate)
     z, u, c0 = (None if t is None else t.detach().requires_grad_() for t in (z, u, c0))
     f = gates(z, name) if gate else z
-    c_ref = against(f, u, c0, name, mask)
+    c_ref, _ = against(f, u, c0, mask, semiring=name)
     g_ref = torch.autograd.grad((c_ref * w).sum(), [t for t in (z, u, c0) if t is not None])
     print(f"{name}: states, then gradients (z, u, c0):")
     return inf_diff(c, c_ref), max(max_diff(a, b) for a, b in zip(g, g_ref))
@@ -122,7 +123,7 @@ def test_pads_keep_the_state_and_get_no_gradient(name):
     mask = lengths_mask([5, 2], 5)
     z, u, c0 = leaves(torch.randn(2, 5, 3, dtype=F64), torch.randn(2, 5, 3, dtype=F64), torch.randn(2, 3, dtype=F64))
     f = gates(z, name)
-    c = elementwise_scan_triton(f, u, c0, name, mask.to(DEVICE))
+    c, _ = elementwise_scan_triton(f, u, c0, mask.to(DEVICE), semiring=name)
     c.sum().backward()
     assert torch.equal(c[1, 2:], c[1, 1].expand(3, 3))
     assert not u.grad[1, 2:].any() and not z.grad[1, 2:].any()
@@ -155,9 +156,9 @@ def test_strided_views_are_read_in_place(name):
 def test_only_some_inputs_need_gradients(name):
     z, u = torch.randn(2, 4, 3, dtype=F64), torch.randn(2, 4, 3, dtype=F64)
     (uu,) = leaves(u)
-    elementwise_scan_triton(gates(z, name).to(DEVICE), uu, None, name).sum().backward()
+    elementwise_scan_triton(gates(z, name).to(DEVICE), uu, semiring=name)[0].sum().backward()
     (u_ref,) = leaves(u)
-    elementwise_scan_ref(gates(z, name), u_ref.cpu(), None, name).sum().backward()
+    elementwise_scan_ref(gates(z, name), u_ref.cpu(), semiring=name)[0].sum().backward()
     assert max_diff(uu.grad.cpu(), u_ref.grad.cpu()) < 1e-12
 
 
@@ -168,7 +169,7 @@ def test_gradcheck():
         z, u, c0 = leaves(torch.randn(2, 4, 2, dtype=F64), torch.randn(2, 4, 2, dtype=F64), torch.randn(2, 2, dtype=F64))
 
         def fn(z, u, c0, name=name):
-            return elementwise_scan_triton(gates(z, name), u, c0, name, mask.to(DEVICE))
+            return elementwise_scan_triton(gates(z, name), u, c0, mask.to(DEVICE), semiring=name)[0]
 
         assert torch.autograd.gradcheck(fn, (z, u, c0))
 
@@ -179,7 +180,7 @@ def test_max_plus_tie_goes_to_the_carried_branch():
     # c1 = max(0 + 1, 1): a tie; the whole gradient goes to f1 and c0, none to u1
     f, u, c0 = leaves(torch.tensor([[[0.0], [-1.0]]], dtype=F64), torch.tensor([[[1.0], [-5.0]]], dtype=F64),
                       torch.tensor([[1.0]], dtype=F64))
-    c = elementwise_scan_triton(f, u, c0, "max-plus")
+    c, _ = elementwise_scan_triton(f, u, c0, semiring="max-plus")
     c[0, 0, 0].backward()
     assert c.flatten().tolist() == [1.0, 0.0]
     assert (f.grad.flatten().tolist(), u.grad.flatten().tolist(), c0.grad.item()) == ([1.0, 0.0], [0.0, 0.0], 1.0)
@@ -214,7 +215,7 @@ def test_log_minus_infinity_states():
         c, g = run(elementwise_scan_triton, "log", f, u, start, mask, torch.ones(B, T, D, dtype=F64), gate=False)
         assert torch.isneginf(c[0, :3]).all() and torch.isneginf(c[1, :, 0]).all()
         assert all(torch.isfinite(t).all() for t in g)
-        assert inf_diff(c, elementwise_scan_ref(f, u, start, "log", mask)) < 1e-12
+        assert inf_diff(c, elementwise_scan_ref(f, u, start, mask, semiring="log")[0]) < 1e-12
         dc, dg = compare("log", f, u, start, mask, gate=False, against=elementwise_scan)
         assert dc < 1e-12 and dg < 1e-12
 
@@ -241,10 +242,10 @@ def test_bfloat16_inputs_keep_a_float32_state(name):
 
 def test_empty_shapes():
     x = torch.rand(2, 0, 3, device=DEVICE)
-    assert elementwise_scan_triton(x, x).shape == (2, 0, 3)
+    assert elementwise_scan_triton(x, x)[0].shape == (2, 0, 3)
     for shape in ((0, 4, 3), (2, 4, 0)):
         x = torch.rand(shape, device=DEVICE, requires_grad=True)
-        c = elementwise_scan_triton(x, x, None, "log")
+        c, _ = elementwise_scan_triton(x, x, semiring="log")
         c.sum().backward()
         assert c.shape == shape and x.grad.shape == shape
 
@@ -285,7 +286,7 @@ def spy(monkeypatch):
 def test_elementwise_scan_keeps_cpu_tensors(monkeypatch):
     calls = spy(monkeypatch)
     f = torch.rand(2, 5, 3)
-    elementwise_scan(f, f, None, "log", torch.rand(2, 5) > 0.3)
+    elementwise_scan(f, f, None, torch.rand(2, 5) > 0.3, semiring="log")
     assert calls == []
 
 
@@ -296,11 +297,11 @@ def test_elementwise_scan_dispatches_cuda_tensors(name, monkeypatch):
     z, u = torch.randn(3, 50, 7, device="cuda"), torch.randn(3, 50, 7, device="cuda")
     mask = torch.rand(3, 50, device="cuda") > 0.3
     f = gates(z, name)
-    fused = elementwise_scan(f, u, None, name, mask)
+    fused, _ = elementwise_scan(f, u, None, mask, semiring=name)
     assert len(calls) == 1
-    assert inf_diff(fused, elementwise_scan_triton(f, u, None, name, mask)) < 1e-6   # pads in-kernel
+    assert inf_diff(fused, elementwise_scan_triton(f, u, None, mask, semiring=name)[0]) < 1e-6   # pads in-kernel
     monkeypatch.setenv("RNNLENS_TRITON", "0")
-    chunked = elementwise_scan(f, u, None, name, mask)
+    chunked, _ = elementwise_scan(f, u, None, mask, semiring=name)
     assert len(calls) == 1 and inf_diff(fused, chunked) < 1e-4
     z, u = torch.randn(2, 4096, 8, device="cuda"), torch.randn(2, 4096, 8, device="cuda")
     c, g = run(elementwise_scan_triton, name, z, u, None, None, torch.randn(2, 4096, 8))

@@ -1,4 +1,4 @@
-"""Data-parallel training (issue 11, item 1): `torchrun --nproc-per-node 2 -m rnnlens train`
+"""Data-parallel training: `torchrun --nproc-per-node 2 -m rnnlens train`
 on 127.0.0.1 ends with the metrics and weights of one process with the same global batch,
 and only rank 0 writes. Dropout is 0: each rank draws dropout masks for its own rows, so
 with dropout the runs would differ by design (see rnnlens/train/distributed.py)."""

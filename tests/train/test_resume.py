@@ -1,4 +1,4 @@
-"""Resumable training (issue 11, items 2 and 3): a run killed with SIGKILL mid-epoch and
+"""Resumable training: a run killed with SIGKILL mid-epoch and
 resumed ends with the metrics of an uninterrupted run; a damaged checkpoint is detected by
 its checksum and the one before it used; a NaN loss stops naming the step (or is skipped)."""
 import json
