@@ -45,6 +45,7 @@ from ..cells.local import exact_view
 from ..data.batching import Example, collate
 from ..errors import RnnlensError
 from .attribution import NGramAttribution, ngram_contributions
+from .capture import _eval
 from .exact import secant_gain
 
 SEQUENCE_TASKS = ("tag", "lm", "dyck", "crossserial")
@@ -153,6 +154,9 @@ class _Scores(nn.Module):
         super().__init__()
         self.inner = model
         self.encoder = model.encoder
+        # in the model's own mode: attribution restores this wrapper's mode afterwards, and
+        # with it the model's (a fresh module is in training mode, and would leave dropout on)
+        self.train(model.training)
 
     def forward(self, batch):
         model = self.inner
@@ -228,13 +232,18 @@ def explain_text(model, vocab, tokens: list[str], target: str | None = None,
     """Explain the model's output on `tokens` toward `target` (a label, tag, word or symbol
     name; default: the prediction) in `view` ("first-order" or "exact"). Works for every
     recurrent model (any cell, layers, directions, memory block, head); raises RnnlensError
-    for a transformer, a max-plus cell, an empty text or an unknown target."""
+    for a transformer, a max-plus cell, an empty text or an unknown target. The model is
+    explained in eval mode and left in the mode it came in."""
+    with _eval(model):
+        return _explain_text(model, vocab, tokens, target, view)
+
+
+def _explain_text(model, vocab, tokens, target, view) -> TextExplanation:
     if not tokens:
         raise RnnlensError("the text is empty: nothing to explain")
     if model.cfg.cell == "transformer":
         raise RnnlensError("a transformer has no n-gram decomposition: explain explains recurrent models")
     names = _checked_target(model, vocab, target)
-    model.eval()
     batch = collate([Example(list(tokens))], vocab)
     unknown = [t for t in tokens if t not in vocab]
     scorer = _Scores(model)

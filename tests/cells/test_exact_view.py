@@ -300,6 +300,22 @@ def test_explain_text_in_the_exact_view(cell, kw):
     assert first.to_dict()["linearised_at"] == "zero" and abs(first.positions[0].output - p.output) < 1e-12
 
 
+@pytest.mark.parametrize("view", ["first-order", "exact"])
+def test_explaining_leaves_the_model_in_its_mode(view):
+    """A model with dropout explained in eval mode stays in eval mode, so explaining twice
+    gives the same numbers (the attribution's wrapper once left it training)."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(cell="lstm", embedding_dim=6, hidden_size=4, output_bias=True, dropout=0.5,
+                      recurrent_dropout=0.3)
+    model = RNNModel(cfg, len(VOCAB), "classify", ["neg", "pos"]).double().eval()
+    a = explain_text(model, VOCAB, TEXT, view=view).to_dict()
+    assert not any(m.training for m in model.modules())
+    assert explain_text(model, VOCAB, TEXT, view=view).to_dict() == a
+    model.train()
+    explain_text(model, VOCAB, TEXT, view=view)
+    assert model.training
+
+
 def test_language_model_with_a_memory_block_in_the_exact_view():
     torch.manual_seed(0)
     model = RNNModel(ModelConfig(cell="lstm", embedding_dim=6, hidden_size=4, memory="rm", memory_size=3),
