@@ -340,3 +340,25 @@ def test_explain_file_for_every_head(kind, tmp_path, capsys):
         assert main(["explain", "--model", str(path), "--file", str(doc)]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "--target" in err
+
+
+@pytest.mark.parametrize("cell", SENTENCE_CELLS)
+def test_exact_deletion_and_greedy_on_every_cell(cell):
+    """The deletion readings of the exact view run on every cell's sentence model, on rows of
+    different lengths: finite, zero at pads; exact-greedy with no rounds is exact-deletion,
+    and its first pick is exact-deletion's top token."""
+    from rnnlens.analysis.token_attributions import METHODS, make_batch
+
+    model = model_for(cell)
+    ids = [[VOCAB.stoi[w] for w in TEXT], [VOCAB.stoi[w] for w in TEXT[:3]], [VOCAB.stoi["good"]]]
+    b = make_batch(ids, "cpu")
+    single = METHODS["exact-deletion"](model, b)
+    assert single.shape == b.tokens.shape and bool(torch.isfinite(single).all())
+    assert bool((single[~b.mask] == 0).all())
+    assert torch.equal(METHODS["exact-greedy"](model, b, rounds=0), single)
+    greedy = METHODS["exact-greedy"](model, b, rounds=2)
+    assert bool(torch.isfinite(greedy).all()) and bool((greedy[~b.mask] == 0).all())
+    for i, r in enumerate(ids[:2]):
+        n = len(r)
+        assert int(greedy[i, :n].argmax()) == int(single[i, :n].argmax())
+    assert float(greedy[2, 0]) == float(single[2, 0])          # one token: nothing to pick
