@@ -74,12 +74,13 @@ sys.exit(main(sys.argv[1:]))
 # --- models --------------------------------------------------------------------------------------
 def copy_torch_weights(model, user) -> None:
     """Give an rnnlens RNNModel the weights of a plain module with .emb (nn.Embedding), .rnn (a
-    one-layer torch RNN/GRU/LSTM) and .out (nn.Linear): its torch twin in the tests."""
-    cell = model.encoder.cells[0]
+    one-direction torch RNN/GRU/LSTM, any num_layers) and .out (nn.Linear): its torch twin in
+    the tests."""
     with torch.no_grad():
         model.embedding.weight.copy_(user.emb.weight)
-        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-            getattr(cell, name).copy_(getattr(user.rnn, name + "_l0"))
+        for k, cell in enumerate(model.encoder.cells):
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                getattr(cell, name).copy_(getattr(user.rnn, f"{name}_l{k}"))
         model.head.out.weight.copy_(user.out.weight)
         model.head.out.bias.copy_(user.out.bias)
 

@@ -47,9 +47,14 @@ LSTM's i on g, and z acts on h_{t-1} like f on c_{t-1}.
 The start state (h0, c0) goes to gamma (init="irrel") or to beta (init="rel"). Masks:
 a position with mask False keeps both parts of the state and contributes nothing.
 
-Models: an rnnlens RNNModel with cell "gru" or "lstm" (one layer, one direction, a linear
-sentence head on the final state or the mean of the states), or a plain nn.Module holding
-one nn.Embedding, one batch-first nn.LSTM/nn.GRU and an nn.Linear on its last hidden state.
+Stacked layers: a layer above another reads that layer's two parts as its input, so its
+gate pre-activations split as W_x beta_below + W_h beta (relevant) and W_x gamma_below +
+W_h gamma (irrelevant); the phrase positions still decide where bias*bias terms go.
+
+Models: an rnnlens RNNModel with cell "gru" or "lstm" (one or more layers, one direction, a
+linear sentence head on the final state or the mean of the states), or a plain nn.Module
+holding one nn.Embedding, one batch-first nn.LSTM/nn.GRU (any num_layers, one direction) and
+an nn.Linear on its last hidden state.
 The target score splits as rel = w . beta_T and irrel = w . gamma_T + bias (beta and gamma
 averaged over real positions for mean pooling).
 """
@@ -67,237 +72,15 @@ from ..errors import RnnlensError
 from ..heads.classify import ClassificationHead
 from .attribution import _eval, _find_rnn
 from .token_attributions import METHODS, _embedding, _signed, is_native, prepare
-
-TERMS = ("rel*bias", "bias*rel", "rel*irrel", "irrel*rel")
-PRESETS = {"murdoch": ("rel*bias", "bias*rel"), "gcd": ("rel*bias", "bias*rel", "irrel*rel")}
-_CHOICES = {"bias_bias": ("phrase", "irrel", "rel"), "shapley": ("bias-first", "full"), "init": ("irrel", "rel")}
-
-
-@dataclass(frozen=True)
-class CDRules:
-    """How CD assigns the terms it cannot attribute by origin (see the module docstring).
-
-    terms:       "murdoch", "gcd", or a tuple of gate*source names from TERMS that go to beta
-    bias_bias:   "phrase" | "irrel" | "rel"
-    shapley:     "bias-first" (the paper) | "full" (all orders of relevant, irrelevant, bias)
-    decompose_o: split the LSTM's output gate too (the paper keeps it whole)
-    init:        where a given start state goes, "irrel" | "rel"
-    """
-
-    terms: str | tuple = "murdoch"
-    bias_bias: str = "phrase"
-    shapley: str = "bias-first"
-    decompose_o: bool = False
-    init: str = "irrel"
-
-    def __post_init__(self):
-        for name, allowed in _CHOICES.items():
-            if getattr(self, name) not in allowed:
-                raise RnnlensError(f"CDRules.{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
-        if isinstance(self.terms, str):
-            if self.terms not in PRESETS:
-                raise RnnlensError(f"CDRules.terms: unknown preset {self.terms!r} (presets: {', '.join(PRESETS)})")
-        elif any(t not in TERMS for t in self.terms):
-            raise RnnlensError(f"CDRules.terms: names must come from {', '.join(TERMS)}, not {tuple(self.terms)}")
-
-    @property
-    def rel_terms(self) -> frozenset:
-        return frozenset(PRESETS[self.terms] if isinstance(self.terms, str) else self.terms)
-
-
-@dataclass
-class CDStates:
-    """rel, irrel: beta and gamma of the hidden state, [B,T,H] (keep="all") or [B,H]
-    (keep="final": after the last step; "mean": averaged over real positions).
-    rel_c, irrel_c: the same for the LSTM's cell state (None for the GRU)."""
-
-    rel: torch.Tensor
-    irrel: torch.Tensor
-    rel_c: torch.Tensor | None = None
-    irrel_c: torch.Tensor | None = None
-
-
-@dataclass
-class CDScores:
-    """rel, irrel [B]: the target score's parts (rel + irrel == output); output [B]: the
-    model's own target score; target [B] long: the class explained (0 for one output)."""
-
-    rel: torch.Tensor
-    irrel: torch.Tensor
-    output: torch.Tensor
-    target: torch.Tensor
-
-
-# --- linearising nonlinearities and splitting products ---------------------------------------
-def linearize(f, rel: torch.Tensor, irrel: torch.Tensor, bias: torch.Tensor, shapley: str = "bias-first"):
-    """f(rel + irrel + bias) as three parts (rel, irrel, bias) that add up to it exactly:
-    Shapley values of the players rel and irrel, the bias first ("bias-first": the bias
-    part is f(bias), as Murdoch et al.) or anywhere ("full": all six orders)."""
-    total = f(rel + irrel + bias)
-    if shapley == "bias-first":
-        fb = f(bias)
-        f_r, f_i = f(bias + rel), f(bias + irrel)
-        r = 0.5 * (f_r - fb + total - f_i)
-        i = 0.5 * (f_i - fb + total - f_r)
-        return r, i, total - r - i
-    f0 = f(torch.zeros_like(bias)).expand_as(total)
-    f_r, f_i, fb = f(rel), f(irrel), f(bias).expand_as(total)
-    f_ri, f_rb, f_ib = f(rel + irrel), f(rel + bias), f(irrel + bias)
-    r = (f_r - f0 + total - f_ib) / 3 + (f_ri - f_i + f_rb - fb) / 6
-    i = (f_i - f0 + total - f_rb) / 3 + (f_ri - f_r + f_ib - fb) / 6
-    return r, i, total - r - i
-
-
-def split_tanh(rel: torch.Tensor, irrel: torch.Tensor):
-    """tanh(rel + irrel) = L(rel) + L(irrel), the two-term Shapley rule (tanh(0) = 0)."""
-    total = torch.tanh(rel + irrel)
-    r = 0.5 * (torch.tanh(rel) + total - torch.tanh(irrel))
-    return r, total - r
-
-
-def product(gate, source, rel_terms: frozenset):
-    """gate (g_r, g_i, g_b) * source (s_r, s_i[, s_b]) -> (rel, irrel, bias*bias or None):
-    g_r s_r in rel; g_i s_i, g_i s_b, g_b s_i in irrel; the rest where rel_terms says."""
-    g_r, g_i, g_b = gate
-    s_r, s_i = source[0], source[1]
-    s_b = source[2] if len(source) > 2 else None
-    rel, irrel = g_r * s_r, g_i * s_i + g_b * s_i
-    optional = {"bias*rel": g_b * s_r, "rel*irrel": g_r * s_i, "irrel*rel": g_i * s_r}
-    if s_b is not None:
-        optional["rel*bias"] = g_r * s_b
-        irrel = irrel + g_i * s_b
-    for name, value in optional.items():
-        if name in rel_terms:
-            rel = rel + value
-        else:
-            irrel = irrel + value
-    return rel, irrel, (g_b * s_b if s_b is not None else None)
-
-
-def _bias_bias(rel, irrel, bb, here, rule: str):
-    """Adds the bias*bias product bb to rel or irrel; here [R,1]: the position is relevant."""
-    if rule == "rel":
-        return rel + bb, irrel
-    if rule == "irrel":
-        return rel, irrel + bb
-    zero = torch.zeros_like(bb)
-    return rel + torch.where(here, bb, zero), irrel + torch.where(here, zero, bb)
-
-
-# --- one step of each cell, on [R, ...] rows ------------------------------------------------
-def _lstm_step(xr, xi, state, W, b, here, rules: CDRules):
-    h_r, h_i, c_r, c_i = state
-    rec = torch.cat([h_r, h_i]) @ W.T                                 # [2R, 4H]
-    R = h_r.shape[0]
-    pr, pi = (xr + rec[:R]).chunk(4, -1), (xi + rec[R:]).chunk(4, -1)
-    bs = b.chunk(4)
-    acts = (torch.sigmoid, torch.sigmoid, torch.tanh, torch.sigmoid)
-    i, f, g, o = (linearize(act, pr[k], pi[k], bs[k], rules.shapley) for k, act in enumerate(acts))
-    terms = rules.rel_terms
-    ig_r, ig_i, bb = product(i, g, terms)
-    fc_r, fc_i, _ = product(f, (c_r, c_i), terms)
-    c_r, c_i = _bias_bias(ig_r + fc_r, ig_i + fc_i, bb, here, rules.bias_bias)
-    t_r, t_i = split_tanh(c_r, c_i)
-    if rules.decompose_o:
-        h_r, h_i, _ = product(o, (t_r, t_i), terms)
-    else:
-        whole = o[0] + o[1] + o[2]
-        h_r, h_i = whole * t_r, whole * t_i
-    return h_r, h_i, c_r, c_i
-
-
-def _gru_step(xr, xi, state, W, b, here, rules: CDRules):
-    h_r, h_i = state
-    b_ir, b_iz, b_in, b_hr, b_hz, b_hn = b
-    R = h_r.shape[0]
-    rec = torch.cat([h_r, h_i]) @ W.T                                 # [2R, 3H]
-    ar, az, an = rec[:R].chunk(3, -1)
-    air, aiz, ain = rec[R:].chunk(3, -1)
-    xr_r, xr_z, xr_n = xr.chunk(3, -1)
-    xi_r, xi_z, xi_n = xi.chunk(3, -1)
-    terms, sh = rules.rel_terms, rules.shapley
-    r = linearize(torch.sigmoid, xr_r + ar, xi_r + air, b_ir + b_hr, sh)
-    z = linearize(torch.sigmoid, xr_z + az, xi_z + aiz, b_iz + b_hz, sh)
-    ru_r, ru_i, ru_b = product(r, (an, ain, b_hn.expand_as(an)), terms)
-    n = linearize(torch.tanh, xr_n + ru_r, xi_n + ru_i, b_in + ru_b, sh)
-    keep = (-z[0], -z[1], 1 - z[2])
-    n_r, n_i, bb = product(keep, n, terms)
-    zh_r, zh_i, _ = product(z, (h_r, h_i), terms)
-    return _bias_bias(n_r + zh_r, n_i + zh_i, bb, here, rules.bias_bias)
-
-
-def _scan(step, x, weight_ih, weight_hh, bias, rel_mask, mask, state, rules, rows, keep):
-    """Runs `step` over time on R rows: row k reads sentence rows[k] of x[B,T,E]."""
-    if keep not in ("all", "final", "mean"):
-        raise RnnlensError(f"keep must be one of all, final, mean, not {keep!r}")
-    R, T = rel_mask.shape
-    rows = torch.arange(R, device=x.device) if rows is None else rows.to(x.device)
-    proj = x @ weight_ih.T                                           # [B,T,G*H], no bias
-    rel_mask = rel_mask.to(x.device).bool()
-    real = torch.ones(R, T, dtype=torch.bool, device=x.device) if mask is None else mask.to(x.device).bool()[rows]
-    outs, total = [], None
-    for t in range(T):
-        p = proj[rows, t]
-        here = rel_mask[:, t, None]
-        zero = torch.zeros_like(p)
-        new = step(torch.where(here, p, zero), torch.where(here, zero, p), state, weight_hh, bias, here, rules)
-        state = tuple(torch.where(real[:, t, None], n, s) for n, s in zip(new, state))
-        if keep == "all":
-            outs.append(state)
-        elif keep == "mean":
-            m = real[:, t, None].to(x.dtype)
-            total = [s * m for s in state] if total is None else [a + s * m for a, s in zip(total, state)]
-    if keep == "all":
-        return tuple(torch.stack(s, 1) for s in zip(*outs)) if outs else tuple(s[:, None][:, :0] for s in state)
-    if keep == "mean":
-        n = real.sum(1, keepdim=True).clamp(min=1).to(x.dtype)
-        return tuple(a / n for a in total) if total is not None else state
-    return state
-
-
-def _start(h, R, H, like, rows, init):
-    h = like.new_zeros(R, H) if h is None else h.to(like)[rows] if rows is not None else h.to(like)
-    zero = torch.zeros_like(h)
-    return (h, zero) if init == "rel" else (zero, h)
-
-
-def cd_lstm(x, weight_ih, weight_hh, bias_ih, bias_hh, rel_mask, mask=None, h0=None, c0=None,
-            rules: CDRules | None = None, rows=None, keep: str = "all") -> CDStates:
-    """CD of an LSTM in torch's layout (gates i, f, g, o) over x[B,T,E].
-
-    rel_mask [R,T] bool: the phrase of each row; mask [B,T] bool: real tokens (None: all);
-    h0, c0 [B,H] start state (None: zeros); rows [R] long: the sentence of x each row reads
-    (None: row k reads x[k], R = B), so many phrases of one sentence run in one pass;
-    keep: "all" ([R,T,H] per step), "final" or "mean" ([R,H]). Returns CDStates whose parts
-    add up to the LSTM's h and c."""
-    rules = rules or CDRules()
-    H = weight_hh.shape[1]
-    R = rel_mask.shape[0]
-    bias = (bias_ih + bias_hh).to(x)
-    hr, hi = _start(h0, R, H, x, rows, rules.init)
-    cr, ci = _start(c0, R, H, x, rows, rules.init)
-    out = _scan(_lstm_step, x, weight_ih.to(x), weight_hh.to(x), bias, rel_mask, mask,
-                (hr, hi, cr, ci), rules, rows, keep)
-    return CDStates(*out)
-
-
-def cd_gru(x, weight_ih, weight_hh, bias_ih, bias_hh, rel_mask, mask=None, h0=None,
-           rules: CDRules | None = None, rows=None, keep: str = "all") -> CDStates:
-    """CD of a GRU in torch's layout (gates r, z, n) over x[B,T,E]; arguments as `cd_lstm`.
-    Returns CDStates whose parts add up to the GRU's h."""
-    rules = rules or CDRules()
-    H = weight_hh.shape[1]
-    bias = tuple(bias_ih.to(x).chunk(3)) + tuple(bias_hh.to(x).chunk(3))
-    start = _start(h0, rel_mask.shape[0], H, x, rows, rules.init)
-    out = _scan(_gru_step, x, weight_ih.to(x), weight_hh.to(x), bias, rel_mask, mask, start, rules, rows, keep)
-    return CDStates(*out)
+from .cd_core import (PRESETS, TERMS, CDRules, CDScores, CDStates, cd_gru, cd_lstm,  # noqa: F401 (the public API)
+                      linearize, product, split_tanh)
 
 
 # --- models ------------------------------------------------------------------------------------
 @dataclass
 class _Parts:
     kind: str                      # "lstm" | "gru"
-    weights: tuple                 # weight_ih, weight_hh, bias_ih, bias_hh
+    layers: list                   # per layer, bottom first: (weight_ih, weight_hh, bias_ih, bias_hh)
     embedding: nn.Module
     readout: nn.Linear
     pooling: str
@@ -308,33 +91,37 @@ def _native_parts(model) -> _Parts:
     cfg, enc, head = model.cfg, model.encoder, model.head
     if not isinstance(enc, RNNEncoder):
         raise RnnlensError("contextual decomposition explains recurrent encoders, not the transformer or memory networks")
-    if cfg.layers != 1 or enc.directions != 1:
-        raise RnnlensError("contextual decomposition here explains one-layer, one-direction models")
+    if enc.directions != 1:
+        raise RnnlensError("contextual decomposition here explains one-direction models (stacked or not)")
     cell = enc.cells[0]
     if type(cell) not in (GRU, LSTM):
         raise RnnlensError(f"contextual decomposition takes the gru and lstm cells, not {cfg.cell!r}")
     if not isinstance(head, ClassificationHead) or head.mlp is not None:
         raise RnnlensError("contextual decomposition needs a sentence head with one linear layer (no MLP)")
-    weights = (cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+    layers = [(c.weight_ih, c.weight_hh, c.bias_ih, c.bias_hh) for c in enc.cells]
     single = head.out.out_features == 1
-    return _Parts("lstm" if type(cell) is LSTM else "gru", weights, enc.embedding, head.out, head.pooling, single)
+    return _Parts("lstm" if type(cell) is LSTM else "gru", layers, enc.embedding, head.out, head.pooling, single)
 
 
 def _torch_parts(model) -> _Parts:
     _, _, rnn = _find_rnn(model)
     if not isinstance(rnn, (nn.LSTM, nn.GRU)):
         raise RnnlensError(f"contextual decomposition takes nn.LSTM and nn.GRU, not {type(rnn).__name__}")
-    if rnn.num_layers != 1 or rnn.bidirectional or not rnn.batch_first or rnn.proj_size:
-        raise RnnlensError("contextual decomposition takes a one-layer, one-direction, batch_first recurrent module")
+    if rnn.bidirectional or not rnn.batch_first or rnn.proj_size:
+        raise RnnlensError("contextual decomposition takes a one-direction, batch_first recurrent module "
+                           "without projections")
     H = rnn.hidden_size
     linears = [m for m in model.modules() if isinstance(m, nn.Linear) and m.in_features == H]
     if len(linears) != 1:
         raise RnnlensError(f"contextual decomposition needs one nn.Linear on the hidden state; the model has {len(linears)}")
     zero = rnn.weight_ih_l0.new_zeros(rnn.weight_ih_l0.shape[0])
-    biases = (rnn.bias_ih_l0, rnn.bias_hh_l0) if rnn.bias else (zero, zero)
-    weights = (rnn.weight_ih_l0, rnn.weight_hh_l0, *biases)
+    layers = []
+    for k in range(rnn.num_layers):
+        w = [getattr(rnn, f"{name}_l{k}") for name in ("weight_ih", "weight_hh")]
+        b = [getattr(rnn, f"{name}_l{k}") for name in ("bias_ih", "bias_hh")] if rnn.bias else [zero, zero]
+        layers.append((*w, *b))
     kind = "lstm" if isinstance(rnn, nn.LSTM) else "gru"
-    return _Parts(kind, weights, _embedding(model), linears[0], "final", linears[0].out_features == 1)
+    return _Parts(kind, layers, _embedding(model), linears[0], "final", linears[0].out_features == 1)
 
 
 class ContextualDecomposition:
@@ -356,7 +143,7 @@ class ContextualDecomposition:
             tokens, mask = tokens.tokens, tokens.mask if mask is None else mask
         tokens = torch.as_tensor(tokens)
         tokens = tokens[None] if tokens.dim() == 1 else tokens
-        device = self.parts.weights[0].device
+        device = self.parts.layers[0][0].device
         if self.native:
             mask = tokens.ne(0) if mask is None else torch.as_tensor(mask).bool()
         elif mask is not None and not bool(torch.as_tensor(mask).all()):
@@ -365,14 +152,23 @@ class ContextualDecomposition:
 
     @torch.no_grad()
     def states(self, tokens, rel_mask, mask=None, rows=None, keep: str = "all") -> CDStates:
-        """CDStates of the recurrent layer for tokens [B,T] (or a Batch) and the phrases
-        rel_mask [R,T] (rows [R]: each phrase's sentence, None for one phrase per row)."""
+        """CDStates of the top recurrent layer for tokens [B,T] (or a Batch) and the phrases
+        rel_mask [R,T] (rows [R]: each phrase's sentence, None for one phrase per row). A
+        layer above another reads the parts of the one below: its input splits as they do."""
         tokens, mask = self._inputs(tokens, mask)
         p = self.parts
         with _eval(self.model):
             x = p.embedding(tokens)
         fn = cd_lstm if p.kind == "lstm" else cd_gru
-        return fn(x, *p.weights, torch.as_tensor(rel_mask).bool(), mask, rules=self.rules, rows=rows, keep=keep)
+        rel_mask = torch.as_tensor(rel_mask).bool()
+        for k, weights in enumerate(p.layers):
+            top = k == len(p.layers) - 1
+            st = fn(x, *weights, rel_mask, mask, rules=self.rules, rows=rows, keep=keep if top else "all")
+            if top:
+                return st
+            if mask is not None:        # the layers above read rows of the phrases, not sentences
+                mask = mask[rows] if rows is not None else mask
+            x, rows = (st.rel, st.irrel), None
 
     def _scores(self, tokens, rel_mask, mask, rows):
         """([R,C], [R,C]): the readout's rel and irrel parts for every output."""

@@ -274,6 +274,47 @@ def test_float32_model():
     assert s.rel.dtype == torch.float32 and max_diff(s.rel + s.irrel, s.output) < 1e-5
 
 
+# --- stacked layers ---------------------------------------------------------------------------
+@pytest.mark.parametrize("pooling", ["final", "mean"])
+@pytest.mark.parametrize("layers", [2, 3])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_stacked_parts_add_up_and_follow_the_phrase(kind, layers, pooling):
+    """A layer reads the parts of the one below: the target score still splits exactly into
+    rel + irrel; the whole sentence as the phrase leaves irrel with the head's bias alone
+    (gamma 0 in every layer), and an empty phrase leaves rel 0 (beta 0 in every layer)."""
+    model = native(kind, 3, pooling, layers=layers)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "bias" in name:
+                p.uniform_(-0.5, 0.5)
+    batch = make_batch([[3, 4, 5, 6, 7], [8, 9], [10, 11, 12, 13]], "cpu")
+    out = model(batch)
+    cd = ContextualDecomposition(model)
+    s = cd.attribute(batch, target=2, span=(1, 3))
+    assert max_diff(s.rel + s.irrel, out[:, 2]) < 1e-12
+    every = cd.attribute(batch, target=2, rel_mask=torch.ones_like(batch.mask))
+    assert max_diff(every.irrel, model.head.out.bias[2].expand(3)) < 1e-12
+    none = cd.attribute(batch, target=2, rel_mask=torch.zeros_like(batch.mask))
+    assert none.rel.abs().max() < 1e-15
+    tok = cd.token_scores(batch.tokens, target=2)
+    for t in range(5):
+        one = cd.attribute(batch, target=2, span=(t, t + 1)).rel * batch.mask[:, t]
+        assert max_diff(tok[:, t], one) < 1e-12
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_stacked_torch_module_and_rnnlens_twin_agree(kind):
+    rnn = (nn.LSTM if kind == "lstm" else nn.GRU)(E, H, num_layers=2, batch_first=True)
+    user = UserModel(rnn=rnn).double()
+    model = native(kind, 3, layers=2)
+    copy_torch_weights(model, user)
+    x = ids()
+    a = ContextualDecomposition(user).attribute(x, target=1, span=(2, 5))
+    b = ContextualDecomposition(model).attribute(x, target=1, span=(2, 5))
+    assert max_diff(a.rel, b.rel) < 1e-12 and max_diff(a.irrel, b.irrel) < 1e-12
+    assert max_diff(a.rel + a.irrel, user(x)[:, 1]) < 1e-12
+
+
 # --- refusals ------------------------------------------------------------------------------------
 class Averaged(UserModel):
     def forward(self, tokens):
@@ -282,12 +323,12 @@ class Averaged(UserModel):
 
 @pytest.mark.parametrize("make", [
     lambda: native("mvma-g"), lambda: native("rrnn-b"), lambda: native("elman"),
-    lambda: native("lstm", layers=2), lambda: native("gru", bidirectional=True),
+    lambda: native("gru", bidirectional=True), lambda: native("lstm", layers=2, bidirectional=True),
     lambda: native("lstm", mlp_hidden=4), lambda: native("transformer", heads=1),
     lambda: UserModel(rnn=nn.RNN(E, H, batch_first=True)),
-    lambda: UserModel(rnn=nn.LSTM(E, H)), lambda: UserModel(rnn=nn.GRU(E, H, num_layers=2, batch_first=True)),
-], ids=["mvma-g", "rrnn-b", "elman", "stacked", "bidirectional", "mlp", "transformer", "torch-rnn", "time-major",
-        "torch-stacked"])
+    lambda: UserModel(rnn=nn.LSTM(E, H)), lambda: UserModel(rnn=nn.GRU(E, H, bidirectional=True, batch_first=True)),
+], ids=["mvma-g", "rrnn-b", "elman", "bidirectional", "stacked-bidirectional", "mlp", "transformer", "torch-rnn",
+        "time-major", "torch-bidirectional"])
 def test_unsupported_models_raise_one_line(make):
     with pytest.raises(RnnlensError) as err:
         ContextualDecomposition(make())
