@@ -1,7 +1,7 @@
 """Word vectors trained on a corpus's own text (word2vec skip-gram with negative sampling,
 by gensim), written as a GloVe-format text file that `model.embeddings_file` loads.
 
-    sents, notes = corpus_sentences("imdb", "/work/shared/data")
+    sents, notes = corpus_sentences("imdb", "../shared/data")
     vectors = train_word2vec(sents, dim=300, epochs=5, seed=0, threads=1)
     write_vectors(vectors, "imdb-300d.txt")
 
