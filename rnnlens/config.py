@@ -131,6 +131,7 @@ class ModelConfig:
     clamp: float | None = None        # n-gram cells: bound states to (-clamp, clamp) (sequence-level A.4)
     spectral_norm: bool = False       # spectral normalisation of the recurrent matrices (implicit-ngrams fn. 8)
     window: int = 20                  # va-w: the window m of position-specific matrices
+    token_matrices: bool = False      # mm: each token's embedding is its d x d matrix (no shared projection)
     truncation: int | None = None     # urn: keep only the first k rows of T (rank S <= 2k)
     word_dropout: str = "embedding"   # urn, linear-rnn: recurrent_dropout's word-side mask on x or on Q(x)'s entries ("matrix")
     init_range: float | None = None   # every weight uniform in (-r, r) (None: each module's own init)
@@ -278,6 +279,7 @@ class Config:
              f"model.memory_composition {m.memory_composition!r} is not one of {', '.join(COMPOSITIONS)}")
         need(m.checkpoint_chunk is None or m.cell != "transformer",
              "model.checkpoint_chunk is for recurrent cells (not transformer)")
+        need(not m.token_matrices or m.cell == "mm", "model.token_matrices is for the mm cell")
         if m.memory is not None:
             need(m.cell != "transformer" and not m.bidirectional,
                  "model.memory stacks the block on one-direction recurrent cells (not transformer, not bidirectional)")

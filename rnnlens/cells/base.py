@@ -296,8 +296,10 @@ class Cell(nn.Module):
         default here; a cell whose words are not vectors (the URN) overrides it."""
 
     def initial_state(self, batch: int, dtype=None, device=None) -> torch.Tensor:
-        p = next(self.parameters())
-        return torch.zeros(batch, self.state_size, dtype=dtype or p.dtype, device=device or p.device)
+        p = next(self.parameters(), None)         # (a cell may have none: mm's token matrices)
+        if p is not None:
+            dtype, device = dtype or p.dtype, device or p.device
+        return torch.zeros(batch, self.state_size, dtype=dtype, device=device)
 
     def output(self, s: torch.Tensor) -> torch.Tensor:
         return s[..., self.state_size - self.hidden_size:]

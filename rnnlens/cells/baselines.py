@@ -31,6 +31,7 @@ from torch.autograd.function import once_differentiable
 from ..ops.linear import linear, mm
 from ..ops.precision import full_precision, no_autocast
 from .base import LinearView, StructuredView
+from .mm import MM, MatrixLeftView  # noqa: F401 (MatrixLeftView: re-exported)
 from .ngram import MVMAME, AffineCell, _eye
 
 
@@ -64,27 +65,6 @@ class BlockShiftView(LinearView):
         # (R A)^{j+1} = R^j and (R A)^0 = 0.
         H = self.block
         return torch.cat([R.new_zeros(*R.shape[:-1], H), R[..., :-H]], -1)
-
-
-class MatrixLeftView(LinearView):
-    """A_ext(x_t) vec(M) = vec(A(x_t) M): every column of the d x d state matrix (stored
-    row-major as d*d coordinates) is left-multiplied by A(x_t), A: [B,T,d,d]."""
-
-    def __init__(self, g, mask, A, readout=slice(None), exact=True, h0=None):
-        super().__init__(g, mask, readout, exact, h0)
-        self.A = A
-        self.d = A.shape[-1]
-
-    def _apply(self, t, V):
-        B, K, _ = V.shape
-        d = self.d
-        return (self.at("A", t)[:, None] @ V.reshape(B, K, d, d)).reshape(B, K, d * d)
-
-    def _rapply(self, t, R):
-        # (R A_ext)[k,l] = sum_i A[i,k] R[i,l], i.e. A^T R in matrix form.
-        B, K, _ = R.shape
-        d = self.d
-        return (self.at("A", t)[:, None].transpose(-1, -2) @ R.reshape(B, K, d, d)).reshape(B, K, d * d)
 
 
 class BigramView(LinearView):
@@ -449,51 +429,6 @@ class MVMR(MVMAME):
         A_ext = torch.cat([torch.cat([Z, Z], -1), torch.cat([A, Z], -1)], -2)
         g = torch.tanh(self.W_g(x))
         return A_ext, torch.cat([g, torch.zeros_like(g)], -1)
-
-
-class MM(AffineCell):
-    """MM (Yessenalina and Cardie, 2011): a d x d matrix per token, A(x) = reshape(W x + b,
-    d, d), and the context is the matrix M_{1:t} = A(x_t) ... A(x_1), flattened row-major
-    as the hidden state (hidden_size = d*d, state_size = hidden_size).
-
-    As an affine cell: A_ext(x_t) vec(M) = vec(A(x_t) M) (A(x_t) acting on every column of
-    M, i.e. A(x_t) kron I_d on the row-major vec) and the g-term vec(A(x_1)) only at the
-    first token (additive=False). Initialisation: b = vec(I) and W small, std
-    0.1/sqrt(E d), so each entry of the perturbation N(x) = A(x) - I has std about 0.1/sqrt(d)
-    for unit-variance inputs and ||(I + N) v||^2 ~ (1 + 0.01) ||v||^2: a product over 50
-    tokens grows by about 1.3x. (With std 0.1/sqrt(E) the spectral norm of A(x) starts near
-    2 and the products of a 50-token sentence overflow.)
-    No recurrent matrix to normalise (the per-token matrices are the inputs' own)."""
-
-    additive = False
-
-    def __init__(self, input_size: int, hidden_size: int):
-        super().__init__()
-        d = math.isqrt(hidden_size)
-        if d * d != hidden_size:
-            raise ValueError(f"mm needs hidden_size = d*d (a perfect square), got {hidden_size}")
-        self.input_size, self.hidden_size, self.state_size = input_size, hidden_size, hidden_size
-        self.d = d
-        self.W = nn.Linear(input_size, hidden_size)
-        with torch.no_grad():
-            nn.init.normal_(self.W.weight, std=0.1 / math.sqrt(input_size * d))
-            self.W.bias.copy_(torch.eye(d).reshape(-1))
-
-    def _A(self, x):
-        return self.W(x).reshape(*x.shape[:-1], self.d, self.d)
-
-    def _view(self, x, mask):
-        A = self._A(x)
-        return MatrixLeftView(A.reshape(*x.shape[:-1], self.hidden_size), mask, A)
-
-    def matrices_ref(self, x):
-        """Dense A(x_t) kron I_d, [B,T,d*d,d*d] (a test-only reference: d^4 numbers a step),
-        and g = vec(A(x_t))."""
-        A = self._A(x)
-        d = self.d
-        I = _eye(x, d)
-        A_ext = torch.stack([torch.kron(a, I) for a in A.reshape(-1, d, d)])
-        return A_ext.reshape(*x.shape[:-1], d * d, d * d), A.reshape(*x.shape[:-1], d * d)
 
 
 BASELINE_CELLS = {"vm": VM, "mm": MM, "va-w": VAW, "va-ew": VAEW, "mvm-r": MVMR}

@@ -139,6 +139,40 @@ def test_mm_needs_a_square_size_and_starts_near_the_identity():
     assert torch.isfinite(out).all() and out.abs().max() < 100 and out[:, -1].abs().max() > 1e-3
 
 
+def test_mm_token_matrices_are_the_embeddings():
+    """model.token_matrices: the cell has no weights; a token's matrix is I + its embedding
+    (row-major), the state is their product, the pad row starts at zero, the gradient reaches
+    only the embeddings; the checkpoint holds no projection and loads back the same model."""
+    from rnnlens.config import Config, ModelConfig
+    from rnnlens.errors import RnnlensError
+    from rnnlens.data.batching import Batch
+    from rnnlens.models import RNNModel
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(cell="mm", embedding_dim=9, hidden_size=9, token_matrices=True, output_bias=True)
+    model = RNNModel(cfg, 12, "classify", ["a", "b"]).double()
+    cell, emb = model.encoder.cells[0], model.embedding.weight
+    assert cell.W is None and list(cell.parameters()) == []
+    assert emb[0].abs().max() == 0 and 0.01 < float(emb[1:].std()) < 0.1   # std 0.1 / sqrt(3)
+    tokens = torch.tensor([[3, 7, 2, 5], [4, 6, 0, 0]])
+    mask = tokens.ne(0)
+    out, _ = model.encoder(tokens, mask)
+    for b, L in enumerate(mask.sum(1).tolist()):
+        P = torch.eye(3, dtype=D)
+        for t in range(L):
+            P = (torch.eye(3, dtype=D) + emb[tokens[b, t]].reshape(3, 3)) @ P
+            assert max_diff(out[b, t], P.reshape(-1)) < 1e-12
+    model(Batch(tokens, mask, mask.sum(1))).sum().backward()
+    assert emb.grad[[3, 7, 2, 5, 4, 6]].abs().sum(1).min() > 0
+    assert set(model.state_dict()) == {"encoder.embedding.weight", "head.out.weight", "head.out.bias"}
+    with pytest.raises(RnnlensError, match="embedding_dim = hidden_size"):
+        RNNModel(ModelConfig(cell="mm", embedding_dim=4, hidden_size=9, token_matrices=True), 12, "classify", ["a", "b"])
+    bad = Config()
+    bad.model.cell, bad.model.token_matrices = "gru", True
+    with pytest.raises(RnnlensError, match="token_matrices is for the mm cell"):
+        bad.validate()
+
+
 def test_mvm_r_keeps_only_the_bigram():
     cell = build(MVMR)
     x, mask, lengths = batch()
