@@ -4,6 +4,8 @@
   (CoNLL-2000 shared task script, Erik Tjong Kim Sang, version 2004-01-26).
 * `semeval_macro_f1`: the official SemEval-2010 Task 8 score, as
   semeval2010_task8_scorer-v1.2.pl (Preslav Nakov, 22 March 2010).
+* `label_macro_f1`: the plain macro-F1 over labels (every label that is gold or predicted,
+  each label's F1 averaged with equal weight; scikit-learn's f1_score(average="macro")).
 * `perplexity`: exp of the mean per-token negative log-likelihood.
 
 Precision, recall and F1 here are fractions in [0, 1]; both Perl scripts print them as
@@ -301,3 +303,18 @@ def merge_metrics(into: dict, new: dict) -> None:
             into.setdefault(k, []).extend(v)
         else:
             into[k] = into.get(k, 0.0) + v
+
+
+def label_macro_f1(gold: list, pred: list) -> float:
+    """Macro-F1 over every label that occurs in gold or pred, each label's F1 (0 where its
+    precision and recall are both 0) weighted equally: scikit-learn's
+    f1_score(gold, pred, average="macro"). For SemEval-2010 Task 8 this scores the 19
+    directed labels, Other included, unlike the official score (`semeval_macro_f1`)."""
+    if len(gold) != len(pred):
+        raise ValueError(f"{len(gold)} gold labels but {len(pred)} predicted")
+    if not gold:
+        return 0.0
+    hits = Counter(g for g, p in zip(gold, pred) if g == p)
+    n_gold, n_pred = Counter(gold), Counter(pred)
+    labels = set(n_gold) | set(n_pred)
+    return sum(_prf(hits[k], n_pred[k], n_gold[k])["f1"] for k in labels) / len(labels)

@@ -175,3 +175,23 @@ def test_perplexity():
     assert perplexity(math.inf, 3) == math.inf
     with pytest.raises(ValueError):
         perplexity(1.0, 0)
+
+
+def test_label_macro_f1_by_hand_and_against_scikit_learn():
+    """Every gold or predicted label counts with equal weight. gold A A B D, pred A B B C:
+    A: 1 right, 1 predicted, 2 gold -> F1 2/3; B: 1 right, 2 predicted, 1 gold -> F1 2/3;
+    C (predicted, never gold) and D (gold, never predicted) -> 0. Mean 1/3."""
+    from rnnlens.metrics import label_macro_f1
+
+    gold = ["A", "A", "B", "D"]
+    pred = ["A", "B", "B", "C"]
+    assert label_macro_f1(gold, pred) == pytest.approx(1 / 3)
+    assert label_macro_f1(gold, gold) == 1.0 and label_macro_f1([], []) == 0.0
+    sklearn = pytest.importorskip("sklearn.metrics")
+    rng = __import__("random").Random(0)
+    labels = ["Other", "Cause-Effect(e1,e2)", "Cause-Effect(e2,e1)", "Message-Topic(e1,e2)"]
+    g = [rng.choice(labels) for _ in range(200)]
+    p = [rng.choice(labels[:3]) for _ in range(200)]
+    assert label_macro_f1(g, p) == pytest.approx(sklearn.f1_score(g, p, average="macro"))
+    with pytest.raises(ValueError):
+        label_macro_f1(["A"], [])
