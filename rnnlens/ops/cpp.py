@@ -102,9 +102,10 @@ def _build(name: str) -> bool:
             # flock above, no live rnnlens process is compiling this module, so it is stale.
             (build_dir / "lock").unlink(missing_ok=True)
             local = build_dir / src.name   # every checkout of this source builds the same copy
-            if not local.exists() or local.read_bytes() != src.read_bytes():
+            code = src.read_bytes()
+            if not local.exists() or local.read_bytes() != code:
                 tmp = local.with_name(f".{local.name}.{os.getpid()}")
-                tmp.write_bytes(src.read_bytes())
+                tmp.write_bytes(code)
                 os.replace(tmp, local)
             cpp_extension.load(name=module, sources=[str(local)], extra_cflags=flags,
                                extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
