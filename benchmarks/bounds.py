@@ -13,6 +13,11 @@ G*H is the projection's width (rrnn-b: 2H; rrnn-c, rrnn-f: 4H; mvma-g: 3H; mvma-
 K*H the recurrent product's (mvma-g 3H; mvma-l 3H, its W_hf block multiplies c = 0; the
 rational cells have none). The bound is LSTM time / products time: the ratio to
 torch.nn.LSTM the cell would reach if everything else (gates, scans, copies, Python) were free.
+
+isan and linear-rnn build a matrix per word, A(x) = reshape(W x + b, H, H): their products are
+x [B*T,E] @ W^T [E,H*H] forward, dx = dA W and dW = dA^T x backward, E*H*H multiply-adds per
+token each (the per-step matrix-vector products are left out). At E = H that is H/8 times the
+LSTM's 8*H*H per token for the same three products, so their bound is far under 1.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from .common import emit
 
 CELLS = {"rrnn-b": (2, 0), "rrnn-c": (4, 0), "rrnn-f": (4, 0), "mvma-g": (3, 3), "mvma-l": (4, 3),
          "gru-approx": (3, 3), "lstm-approx": (4, 3)}
+WORD_MATRIX = ("isan", "linear-rnn")          # a matrix per word: G*H = H*H, no recurrent product
 
 
 def _median(fn, repeats: int, warmup: int = 2) -> float:
@@ -64,6 +70,42 @@ def products(B: int, T: int, E: int, H: int, G: int, K: int):
     return run
 
 
+def word_matrix_products(B: int, T: int, E: int, H: int):
+    """The three [B*T, E] x [E, H*H]-sized products of a cell with a matrix per word."""
+    from rnnlens.ops.linear import mm, mm_t
+
+    x = torch.randn(B * T, E)
+    W = torch.randn(H * H, E) * 0.01
+    dA = torch.randn(B * T, H * H)
+
+    def run():
+        mm(x, W.t())                 # A(x) for every position
+        mm(dA, W)                    # dx
+        mm_t(dA, x)                  # dW
+    return run
+
+
+def measure(batch: int, length: int, size: int, repeats: int, cells=None) -> dict:
+    """{"lstm_ms", "lstm_ms_end", "cells": {name: products ms}, "bound": {name: LSTM / products}}
+    for `cells` (default: every cell above) at batch x length, size -> size."""
+    B, T, E, H = batch, length, size, size
+    names = list(cells or (*CELLS, *WORD_MATRIX))
+    lstm = _median(lstm_pass(B, T, E, H), repeats)
+    out = {}
+    for name in names:
+        fn = word_matrix_products(B, T, E, H) if name in WORD_MATRIX else products(B, T, E, H, *CELLS[name])
+        out[name] = _median(fn, repeats if name not in WORD_MATRIX else max(1, repeats // 4), warmup=1)
+    end = _median(lstm_pass(B, T, E, H), repeats)
+    return {"batch": B, "length": T, "size": E, "lstm_ms": lstm * 1e3, "lstm_ms_end": end * 1e3,
+            "cells": {k: v * 1e3 for k, v in out.items()}, "bound": {k: lstm / v for k, v in out.items()}}
+
+
+def table(res: dict) -> str:
+    rows = ["| cell | products ms | bound x LSTM |", "|---|---|---|"]
+    rows += [f"| {k} | {v:.2f} | {res['bound'][k]:.3g}x |" for k, v in res["cells"].items()]
+    return "\n".join(rows)
+
+
 def lstm_pass(B: int, T: int, E: int, H: int):
     lstm = torch.nn.LSTM(E, H, batch_first=True)
     x = torch.randn(B, T, E, requires_grad=True)
@@ -86,16 +128,11 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    B, T, E, H = a.batch, a.length, a.size, a.size
-    lstm = _median(lstm_pass(B, T, E, H), a.repeats)
-    rows = [f"# Product-time bounds (batch {B} x {T}, {E} -> {H}, {a.threads} threads, float32)", "",
-            f"torch.nn.LSTM forward + backward: {lstm * 1e3:.2f} ms (median of {a.repeats})", "",
-            "| cell | products ms | bound x LSTM |", "|---|---|---|"]
-    for name, (G, K) in CELLS.items():
-        t = _median(products(B, T, E, H, G, K), a.repeats)
-        rows.append(f"| {name} | {t * 1e3:.2f} | {lstm / t:.2f}x |")
-    lstm2 = _median(lstm_pass(B, T, E, H), a.repeats)
-    rows += ["", f"torch.nn.LSTM again at the end: {lstm2 * 1e3:.2f} ms (the bounds use the first)"]
+    res = measure(a.batch, a.length, a.size, a.repeats)
+    rows = [f"# Product-time bounds (batch {a.batch} x {a.length}, {a.size} -> {a.size}, {a.threads} threads, "
+            "float32)", "", f"torch.nn.LSTM forward + backward: {res['lstm_ms']:.2f} ms (median of {a.repeats})", "",
+            table(res), "",
+            f"torch.nn.LSTM again at the end: {res['lstm_ms_end']:.2f} ms (the bounds use the first)"]
     emit(rows, a.out)
 
 

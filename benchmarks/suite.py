@@ -109,6 +109,10 @@ def _job(job: dict, threads: int, device: str):
         from . import ngrams
 
         return ngrams.stream(length=p["length"], hidden=p["hidden"], device=device)
+    if kind == "bounds":
+        from . import bounds
+
+        return bounds.measure(p["batch"], p["length"], p["size"], p["repeats"], p.get("cells"))
     if kind == "scan":
         from . import scan
 
@@ -170,7 +174,7 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
     """Run the suite and write the markdown report to `out` (default benchmarks/RESULTS.md, or
     RESULTS-quick.md with quick); returns its text. `cells` limits the cells timed (default:
     every registered cell; with quick, the ones the targets name), `parts` the measurements
-    (speed, long, urn, lm, memory, ngrams, stream, scan; default all). `time_limit` (seconds):
+    (speed, long, bounds, urn, lm, memory, ngrams, stream, scan; default all). `time_limit` (seconds):
     no measurement starts once it is spent; the ones left are reported as not run and the
     file is written all the same (what was measured is kept). `threads`: torch threads
     in every measurement (default 2; 1 with quick, whose tiny operations only lose to a second
@@ -184,7 +188,7 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     threads = threads or (1 if quick else 2)
     s = settings(quick)
-    parts = list(parts or ("speed", "long", "urn", "lm", "memory", "ngrams", "stream", "scan"))
+    parts = list(parts or ("speed", "long", "bounds", "urn", "lm", "memory", "ngrams", "stream", "scan"))
     if cells is None:
         targeted = [*SPEED_TARGETS, *OWN_TARGETS]
         cells = [n for n in CELLS if n != "urn" and (not quick or n in targeted)]
@@ -207,6 +211,14 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
         plan["speed"] = [_cells_job(n, s["length"], s) for n in (*TORCH, *cells)]
     if "long" in parts:
         plan["long"] = [_cells_job(n, s["long"], s) for n in ("torch.nn.LSTM", *[c for c in LONG_TARGETS if c in cells])]
+    if "bounds" in parts:
+        from .bounds import CELLS as BOUND_CELLS, WORD_MATRIX
+
+        common = {"batch": s["batch"], "size": s["size"], "repeats": s["repeats"]}
+        plan["bounds"] = [
+            {"kind": "bounds", "params": {**common, "length": s["length"],
+                                          "cells": [c for c in (*BOUND_CELLS, *WORD_MATRIX) if c in cells]}},
+            {"kind": "bounds", "params": {**common, "length": s["long"], "cells": [c for c in LONG_TARGETS if c in cells]}}]
     if "urn" in parts:
         plan["urn"] = [{"kind": "urn", "params": s["urn"]}]
     if "lm" in parts:
@@ -321,35 +333,44 @@ def _status(ok: bool | None) -> str:
     return "not measured" if ok is None else ("met" if ok else "NOT met")
 
 
-def targets(res: dict) -> list[tuple[str, str, str, str]]:
-    """(measurement, value, target, met / NOT met / not measured) for every target."""
+def targets(res: dict) -> list[tuple[str, str, str, str, str]]:
+    """(measurement, value, target, met / NOT met / not measured, product bound) for every
+    target; the bound (benchmarks/bounds.py, same run) where the cell's products are timed."""
     rows = []
     speed = {r["cell"]: r for r in res.get("speed", []) if "error" not in r}
     long = {r["cell"]: r for r in res.get("long", []) if "error" not in r}
+    bound = {}
+    for b in res.get("bounds", []):
+        if "error" not in b:
+            bound.update({(b["length"], k): v for k, v in b["bound"].items()})
 
     def ratio(table, name, ref):
         a, b = table.get(name), table.get(ref)
         return a["tokens_per_s"] / b["tokens_per_s"] if a and b else None
 
-    def add(label, value, goal, at_least=True, fmt="{:.2f}x"):
+    def add(label, value, goal, at_least=True, fmt="{:.2f}x", key=None):
         ok = None if value is None else (value >= goal if at_least else value <= goal)
+        b = bound.get(key)
+        status = _status(ok) + (" (beyond the bound)" if ok is False and b is not None and b < goal else "")
         rows.append((label, "-" if value is None else fmt.format(value), f"{'>=' if at_least else '<='} {goal:g}x",
-                     _status(ok)))
+                     status, "" if b is None else f"{b:.3g}x"))
 
     st = res["settings"]
     if "speed" in res:
         for name, goal in SPEED_TARGETS.items():
-            add(f"{name} tokens/s / torch.nn.LSTM, length {st['length']}", ratio(speed, name, "torch.nn.LSTM"), goal)
+            add(f"{name} tokens/s / torch.nn.LSTM, length {st['length']}", ratio(speed, name, "torch.nn.LSTM"), goal,
+                key=(st["length"], name))
     if "long" in res:
         for name, goal in LONG_TARGETS.items():
-            add(f"{name} tokens/s / torch.nn.LSTM, length {st['long']}", ratio(long, name, "torch.nn.LSTM"), goal)
+            add(f"{name} tokens/s / torch.nn.LSTM, length {st['long']}", ratio(long, name, "torch.nn.LSTM"), goal,
+                key=(st["long"], name))
     if "speed" in res:
         for name, ref in OWN_TARGETS.items():
             add(f"{name} (rnnlens cell) tokens/s / {ref}", ratio(speed, name, ref), OWN_TARGET)
         for name in speed:
             if name not in SPEED_TARGETS and name not in OWN_TARGETS and name not in TORCH:
                 add(f"{name} tokens/s / torch.nn.LSTM, length {st['length']}", ratio(speed, name, "torch.nn.LSTM"),
-                    OTHER_TARGET)
+                    OTHER_TARGET, key=(st["length"], name))
     if "urn" in res:
         u, lstm = res["urn"], speed.get("torch.nn.LSTM")
         value = u["urn"]["tokens_per_s"] / lstm["tokens_per_s"] if "error" not in u and lstm else None
@@ -369,7 +390,7 @@ def targets(res: dict) -> list[tuple[str, str, str, str]]:
             label = f"{r['cell']} peak memory / torch.nn.LSTM, length {st['mem_length']}"
             if "skipped" in r and ref:
                 rows.append((label, f"~{r['estimate_mb'] / ref:.0f}x (estimate)", f"<= {MEMORY_TARGET:g}x",
-                             "NOT met (not run)"))
+                             "NOT met (not run)", ""))
                 continue
             value = r["peak_mb"] / ref if "peak_mb" in r and ref else None
             add(label, value, MEMORY_TARGET, at_least=False)
@@ -416,11 +437,19 @@ def report(res: dict, quick: bool, device: str, threads: int, started: str, seco
         "",
         "## Targets",
         "",
-        "| measurement | value | target | result |",
-        "|---|---|---|---|",
-        *[f"| {a} | {b} | {c} | {d} |" for a, b, c, d in tgt],
+        "| measurement | value | target | result | product bound |",
+        "|---|---|---|---|---|",
+        *[f"| {a} | {b} | {c} | {d} | {e} |" for a, b, c, d, e in tgt],
         "",
-        f"{met} of {len(tgt)} targets met.",
+        f"{met} of {len(tgt)} targets met."
+        + (f" {beyond} of those not met are beyond their product bound." if (beyond := sum(
+            "beyond" in r[3] for r in tgt)) else ""),
+        "",
+        "Product bound: torch.nn.LSTM's forward + backward time over the time of only the matrix products the "
+        "cell cannot avoid, run the way the cell runs them (benchmarks/bounds.py, in this run): the ratio the "
+        "cell would reach if everything else were free. A target above it cannot be met by fusing the rest; "
+        "it needs the products themselves to run faster (one fused recurrent primitive as oneDNN's LSTM, or "
+        "fewer multiply-adds).",
         "",
     ]
     if "speed" in res:
@@ -434,6 +463,22 @@ def report(res: dict, quick: bool, device: str, threads: int, started: str, seco
         lstm = next((r["tokens_per_s"] for r in res["long"] if r.get("cell") == "torch.nn.LSTM" and "error" not in r), None)
         lines += [f"## Training speed, length {st['long']} (the RRNN cells)", "",
                   cells_mod.table(res["long"], lstm), ""]
+    if "bounds" in res:
+        from . import bounds as bounds_mod
+
+        lines += ["## Product bounds", "",
+                  "benchmarks/bounds.py: the matrix products each cell cannot avoid, alone, through rnnlens.ops.linear "
+                  "as the cells run them (input projection forward and both backward products; for the "
+                  "matrix-affine cells also the per-step recurrent products and their adjoint; for isan and "
+                  "linear-rnn the per-word matrices' three [B*T, E] x [E, H*H] products), against torch.nn.LSTM's "
+                  f"whole forward + backward; median of {st['repeats']} (a quarter of that for the per-word ones).", ""]
+        for b in res["bounds"]:
+            if "error" in b:
+                lines += [f"failed: {b['error']}", ""]
+            elif b.get("cells"):
+                lines += [f"Batch {b['batch']} x length {b['length']}, {b['size']} -> {b['size']}: torch.nn.LSTM "
+                          f"{b['lstm_ms']:.2f} ms ({b['lstm_ms_end']:.2f} ms again at the end).", "",
+                          bounds_mod.table(b), ""]
     if "urn" in res:
         u = res["urn"]
         lines += [f"## URN ({st['urn']['hidden']} units)", ""]

@@ -10,8 +10,9 @@ read-out Rd [B,T,H] (the last block; p1*c_0 + p2*c_1 for RRNN(F)) and the final 
 there), with a hand-written backward
 in the same pass, so a cell's whole training step is its projection's products plus two
 sweeps over [B,T,n,H]. The equations are those of rnnlens.cells.rational (Appendix D), in the
-real and max-plus semirings; the forget gates are activated here with torch (sigmoid, or
-logsigmoid in max-plus), everything else is the kernel's.
+real and max-plus semirings. In the real semiring the kernel takes the forget gates' sigmoid
+itself, step by step (again in backward), so no [B,T,n,H] gate tensor is written or kept; in
+max-plus they are activated here with torch (logsigmoid, and its derivative for backward).
 
 `available(x, ...)` says whether the kernel takes this input: a CPU float32/float64 tensor, at
 least one step, a semiring it knows, and a compiled library (rnnlens.ops.cpp; RNNLENS_CPP=0
@@ -65,8 +66,9 @@ class _RationalScan(torch.autograd.Function):
     def forward(ctx, P, c0, r, p1, p2, mask, n, maxplus, pattern_f, tanh):
         B, T, _ = P.shape
         H = c0.shape[-1]
-        pf = P.view(B, T, P.shape[2] // H, H)[:, :, 1: 2 * n: 2]
-        f = F.logsigmoid(pf) if maxplus else torch.sigmoid(pf)          # [B,T,n,H], contiguous
+        f = _none(P)                                  # real: the kernel takes the sigmoid itself
+        if maxplus:
+            f = F.logsigmoid(P.view(B, T, P.shape[2] // H, H)[:, :, 1: 2 * n: 2])   # [B,T,n,H]
         c0c = c0.contiguous()
         S, Rd = torch.ops.rnnlens_rational.forward(P, f, c0c, mask, r, p1, p2, maxplus, pattern_f, tanh)
         final = S[:, -1].reshape(B, n * H)
@@ -82,7 +84,7 @@ class _RationalScan(torch.autograd.Function):
     def backward(ctx, dRd, dfinal):
         P, f, c0, mask, r, p1, p2, S, h = ctx.saved_tensors
         n, maxplus, pattern_f = ctx.shape
-        B, T, _, H = f.shape
+        (B, T, _), H = P.shape, c0.shape[-1]
         fg = _none(P)
         if maxplus:
             fg = torch.sigmoid(-P.view(B, T, P.shape[2] // H, H)[:, :, 1: 2 * n: 2])

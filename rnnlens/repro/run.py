@@ -171,14 +171,16 @@ def budget_text(cfg) -> str:
 
 
 def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None = None,
-                   init_from: Path | None = None, weights: bool = True) -> Run:
+                   init_from: Path | None = None, weights: bool = True, need: str | None = None) -> Run:
     """The run of `config` (with `overrides`, {section: {key: value}}) and seed `seed` at
     ctx's budget: reused when DIR/runs has its test record of the same settings, or (when
     the caller needs no weights, and the run starts from none) when ctx.results has its
     record; trained otherwise (written atomically: a killed run leaves no half folder).
     init_from: a run folder whose weights it starts from (train.init_from); the run is
     reused only while that folder holds the same weights it started from. Every run used
-    is recorded under ctx.results."""
+    is recorded under ctx.results. need: a test metric the caller reads; a reused run whose
+    test record lacks it (a metric added after it was trained) is evaluated again from its
+    weights (`reevaluate`) instead of being retrained."""
     from ..config import Config
     from ..train.checkpoint import output_dir
     from ..train.resume import MAY_CHANGE, config_differences
@@ -211,6 +213,8 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
             changed = [f"train.init_from: {init_from} holds other weights than those it started from"]
         if not changed:
             ctx.log(f"reusing {path}")
+            if need is not None and need not in test:
+                test = reevaluate(ctx, path, test)
             run = Run(test, cfg, path, float(info.get("seconds", 0.0)))
             _record(ctx, run, config, seed, tag, start)
             return run
@@ -238,6 +242,36 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     run = Run(test, cfg, path, seconds)
     _record(ctx, run, config, seed, tag, start)
     return run
+
+
+def reevaluate(ctx: Context, path: Path, old: dict) -> dict:
+    """The test record of the trained run in `path`, computed again from its weights with
+    this version's metrics, and appended to its metrics.jsonl (marked `reevaluated`, with the
+    version that computed it), for a record older than a metric the table reads. The metrics
+    the old record has must come out the same (to 1e-5): otherwise the folder's weights are
+    not the ones that were tested, and the run is refused."""
+    from ..app.run import Run as ModelRun
+    from ..train.trainer import Trainer
+    from .records import environment, write_atomic
+
+    ctx.log(f"{path.name}: its test record lacks a metric this version computes; evaluating it again")
+    if ctx.threads:
+        import torch
+
+        torch.set_num_threads(ctx.threads)
+    run = ModelRun.load(path, data_dir=ctx.data_dir)
+    scores = Trainer(run.model, run.config.train, progress=False).evaluate(run.batches("test"))
+    new = {"split": "test", "best_epoch": old.get("best_epoch"), **{f"test_{k}": v for k, v in scores.items()}}
+    for k, v in old.items():
+        if isinstance(v, float) and isinstance(new.get(k), float) and abs(v - new[k]) > 1e-5 * max(1.0, abs(v)):
+            raise RnnlensError(f"{path}: evaluated again, {k} is {new[k]:.6g}, not the recorded {v:.6g}: the "
+                               "folder's weights are not those that were tested; train the run again")
+    env = environment()
+    new["reevaluated"] = {k: env[k] for k in ("rnnlens", "commit", "torch")}
+    log = path / "metrics.jsonl"
+    text = log.read_text(encoding="utf-8")
+    write_atomic(log, text + ("" if text.endswith("\n") or not text else "\n") + json.dumps(new) + "\n")
+    return _test_record(path)
 
 
 def _record(ctx: Context, run: Run, config: str, seed: int, tag: str, start: str | None) -> None:
@@ -324,9 +358,10 @@ def _scaled(v, scale):
     return None if v is None else float(v) * scale
 
 
-def per_seed(ctx: Context, row: Row, fn, weights: bool = True) -> RowResult:
+def per_seed(ctx: Context, row: Row, fn, weights: bool = True, need: str | None = None) -> RowResult:
     """Train or reuse the row's run for each seed; its values are fn(run). weights=False: fn
-    reads only run.test, so a run's record may stand in for the run (see train_or_reuse)."""
+    reads only run.test, so a run's record may stand in for the run (see train_or_reuse).
+    need: the test metric fn reads (a reused run lacking it is evaluated again)."""
     res = RowResult(row, budget_name="tiny" if ctx.tiny else ctx.budget)
     for s in range(ctx.seeds):
         start = None
@@ -335,7 +370,7 @@ def per_seed(ctx: Context, row: Row, fn, weights: bool = True) -> RowResult:
             res.runs[str(start.path)] = round(start.seconds, 1)
         run = train_or_reuse(ctx, row.config or row.extra["base_config"], ctx.seed0 + s,
                              row.extra.get("overrides"), init_from=None if start is None else start.path,
-                             weights=weights)
+                             weights=weights, need=need)
         res.values.append(fn(run))
         res.runs[str(run.path)] = round(run.seconds, 1)
         res.budget = budget_text(run.cfg)
@@ -346,7 +381,8 @@ def per_seed(ctx: Context, row: Row, fn, weights: bool = True) -> RowResult:
 @kind("train")
 def run_train_row(ctx: Context, table: Table, row: Row) -> RowResult:
     """Train the row's config per seed and read the table's metric from the test record."""
-    return per_seed(ctx, row, lambda run: metric_value(table, row, run.test), weights=False)
+    return per_seed(ctx, row, lambda run: metric_value(table, row, run.test), weights=False,
+                    need=row.key or table.metric.get("key"))
 
 
 def data_used_text(cfg) -> str:

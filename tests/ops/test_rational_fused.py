@@ -115,6 +115,26 @@ def test_fused_equals_the_step_reference(name, monkeypatch):
 
 
 @needs_kernel
+@pytest.mark.parametrize("name", RATIONAL + sorted(EXTRA))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_saturated_gates_match_the_pytorch_scan(name, dtype, monkeypatch):
+    """Pre-activations in the hundreds: the kernel's own sigmoid (real semiring) gives exactly
+    0 or 1 where torch's does, and no inf or nan reaches values or gradients."""
+    cell = _make(name, E=7, H=21).to(dtype)
+    x = (torch.randn(4, 9, 7, dtype=torch.float64) * 60).to(dtype)
+    mask = _mask(5, 9)[1:]
+    h1, f1, g1 = _run(cell, x, mask, None, True, monkeypatch)
+    h0, f0, g0 = _run(cell, x, mask, None, False, monkeypatch)
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {"rtol": 1e-10, "atol": 1e-10}
+    torch.testing.assert_close(h1, h0, **tol)
+    torch.testing.assert_close(f1, f0, **tol)
+    for a, b in zip(g1, g0):
+        if a is not None:
+            assert torch.isfinite(a).all()
+            torch.testing.assert_close(a, b, **tol)
+
+
+@needs_kernel
 @pytest.mark.parametrize("name", ["rrnn-b", "rrnn-f", "rrnn-b-maxplus-gated"])
 def test_float32_and_long_inputs(name, monkeypatch):
     cell64 = _make(name, E=16, H=37)

@@ -261,3 +261,43 @@ def test_list_names_every_table_and_its_data(capsys):
     for tid in EXPECTED:
         assert tid in out
     assert "missing everywhere: AG News train.csv" in out
+
+
+def _drop_from_test_line(log: Path, key: str, change: dict | None = None):
+    """Remove `key` from the run log's last test line (a record older than that metric)."""
+    lines = log.read_text(encoding="utf-8").splitlines()
+    i = max(j for j, line in enumerate(lines) if json.loads(line).get("split") == "test")
+    rec = json.loads(lines[i])
+    value = rec.pop(key)
+    rec.update(change or {})
+    lines[i] = json.dumps(rec)
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return value
+
+
+def test_a_reused_run_lacking_a_metric_is_evaluated_again_not_retrained(tmp_path):
+    """A table reading a metric that a reused run's test record predates evaluates the run's
+    weights again (the same numbers for what the record had, the new metric added, marked),
+    once; a run whose weights no longer give its recorded numbers is refused."""
+    from rnnlens.errors import RnnlensError
+    from rnnlens.repro.run import train_or_reuse
+
+    row = next(r for r in TABLES["urn-dyck"].rows if r.label.startswith("3-TURN (50"))
+    ctx = Context(out=tmp_path, tiny=True, progress=False, threads=1, configs=REPO / "configs")
+    run = train_or_reuse(ctx, row.config, 0)
+    log = run.path / "metrics.jsonl"
+    weights = (run.path / "model.safetensors").read_bytes()
+    value = _drop_from_test_line(log, "test_closing_error")
+    assert "test_closing_error" not in train_or_reuse(ctx, row.config, 0).test     # not needed: as it is
+    again = train_or_reuse(ctx, row.config, 0, need="test_closing_error")
+    assert again.test["test_closing_error"] == pytest.approx(value, abs=1e-12)
+    assert again.test["test_loss"] == pytest.approx(run.test["test_loss"], rel=1e-6)
+    assert again.test["reevaluated"]["rnnlens"] and again.path == run.path
+    assert (run.path / "model.safetensors").read_bytes() == weights                # not retrained
+    n = len(log.read_text().splitlines())
+    train_or_reuse(ctx, row.config, 0, need="test_closing_error")                  # now recorded
+    assert len(log.read_text().splitlines()) == n
+
+    _drop_from_test_line(log, "test_closing_error", {"test_loss": run.test["test_loss"] + 0.5})
+    with pytest.raises(RnnlensError, match="not the recorded"):
+        train_or_reuse(ctx, row.config, 0, need="test_closing_error")

@@ -3,7 +3,9 @@
 // for the contract; the Python scan in rnnlens/cells/rational.py is the reference.
 //
 // Layout. P [B,T,R*H] is the input projection, rows (u_0, f_0, u_1, f_1, ..., [o]) of H each;
-// f [B,T,n,H] the forget gates already activated (real: sigmoid; max-plus: logsigmoid);
+// f [B,T,n,H] the forget gates already activated (max-plus: logsigmoid; real: sigmoid, or an
+// empty tensor, and the kernel takes the sigmoid of P's f rows itself, step by step, forward and
+// again backward, so no [B,T,n,H] gate tensor is written, saved or read back);
 // c0 [B,n,H] the start of the n scanned blocks; S [B,T,n,H] every state; Rd [B,T,H] the
 // read-out (the last block, or p1*c_0 + p2*c_1 for RRNN(F)). At a pad (mask false) every
 // block keeps its state and its gates get no gradient.
@@ -17,6 +19,7 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX2__)
@@ -24,6 +27,8 @@
 // SLEEF's vector tanh (1-ulp), which libtorch_cpu carries and exports for ATen's own kernels
 extern "C" __m256 Sleef_tanhf8_u10avx2(__m256);
 extern "C" __m256d Sleef_tanhd4_u10avx2(__m256d);
+extern "C" __m256 Sleef_expf8_u10avx2(__m256);
+extern "C" __m256d Sleef_expd4_u10avx2(__m256d);
 #endif
 
 namespace {
@@ -44,10 +49,30 @@ inline void tanh_inplace(double* x, int64_t n) {
   for (; i < n; ++i) x[i] = std::tanh(x[i]);
 }
 
+// y = 1 / (1 + exp(-x)) over n values (exp(-x) = inf gives 0, exp(-x) = 0 gives 1)
+template <typename T>
+inline void sigmoid_to(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m256 one = _mm256_set1_ps(1.f);
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(y + i, _mm256_div_ps(one, _mm256_add_ps(one, Sleef_expf8_u10avx2(
+                                                                      _mm256_sub_ps(_mm256_setzero_ps(), _mm256_loadu_ps(x + i))))));
+  } else {
+    const __m256d one = _mm256_set1_pd(1.0);
+    for (; i + 4 <= n; i += 4)
+      _mm256_storeu_pd(y + i, _mm256_div_pd(one, _mm256_add_pd(one, Sleef_expd4_u10avx2(
+                                                                      _mm256_sub_pd(_mm256_setzero_pd(), _mm256_loadu_pd(x + i))))));
+  }
+#endif
+  for (; i < n; ++i) y[i] = T(1) / (T(1) + std::exp(-x[i]));
+}
+
 template <typename scalar_t>
 struct Ptrs {
   const scalar_t* P;
-  const scalar_t* f;
+  const scalar_t* f;    // null: sigmoid of P's f rows, computed here (real semiring only)
   const scalar_t* fg;   // backward, max-plus: sigmoid(-pf) = d logsigmoid / d pf
   const scalar_t* c0;
   const bool* mask;
@@ -62,19 +87,29 @@ const scalar_t* ptr_or_null(const at::Tensor& t) {
   return t.defined() && t.numel() ? t.data_ptr<scalar_t>() : nullptr;
 }
 
+// The n forget gates of step bt, [n,H]: read from f, or the sigmoid of P's f rows put in buf.
+template <typename scalar_t>
+const scalar_t* gates_at(const Ptrs<scalar_t>& a, int64_t bt, scalar_t* buf) {
+  if (a.f) return a.f + bt * a.n * a.H;
+  const scalar_t* Pt = a.P + bt * a.RH;
+  for (int64_t j = 0; j < a.n; ++j) sigmoid_to(Pt + (2 * j + 1) * a.H, buf + j * a.H, a.H);
+  return buf;
+}
+
 template <typename scalar_t, bool MAXPLUS, bool PATF>
 void forward_rows(const Ptrs<scalar_t>& a, scalar_t* S, scalar_t* Rd, bool tanh_out, int64_t b0, int64_t b1) {
   const int64_t T = a.T, n = a.n, H = a.H, RH = a.RH, nH = n * H;
+  std::vector<scalar_t> fbuf(a.f ? 0 : nH);
   for (int64_t b = b0; b < b1; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       const int64_t bt = b * T + t;
       scalar_t* __restrict__ St = S + bt * nH;
       const scalar_t* __restrict__ Sp = t ? St - nH : a.c0 + b * nH;
       const scalar_t* __restrict__ Pt = a.P + bt * RH;
-      const scalar_t* __restrict__ ft = a.f + bt * nH;
       if (a.mask && !a.mask[bt]) {
         for (int64_t i = 0; i < nH; ++i) St[i] = Sp[i];
       } else {
+        const scalar_t* __restrict__ ft = gates_at(a, bt, fbuf.data());
         for (int64_t j = 0; j < n; ++j) {
           const scalar_t* __restrict__ pu = Pt + 2 * j * H;
           const scalar_t* __restrict__ fj = ft + j * H;
@@ -182,7 +217,7 @@ void backward_rows(const Ptrs<scalar_t>& a, const scalar_t* S, const scalar_t* R
                    const scalar_t* dRd_last, scalar_t* dP, scalar_t* dc0, scalar_t* dr, scalar_t* dp1,
                    scalar_t* dp2, int64_t b0, int64_t b1) {
   const int64_t T = a.T, n = a.n, H = a.H, RH = a.RH, nH = n * H;
-  std::vector<scalar_t> gbuf(nH), gnbuf(nH), dread(H);
+  std::vector<scalar_t> gbuf(nH), gnbuf(nH), dread(H), fbuf(a.f ? 0 : nH);
   for (int64_t b = b0; b < b1; ++b) {
     scalar_t* g = gbuf.data();
     scalar_t* gn = gnbuf.data();
@@ -230,7 +265,7 @@ void backward_rows(const Ptrs<scalar_t>& a, const scalar_t* S, const scalar_t* R
       }
       const scalar_t* __restrict__ Sp = t ? St - nH : a.c0 + b * nH;
       const scalar_t* __restrict__ Pt = a.P + bt * RH;
-      const scalar_t* __restrict__ ft = a.f + bt * nH;
+      const scalar_t* __restrict__ ft = gates_at(a, bt, fbuf.data());
       const scalar_t* __restrict__ fgt = MAXPLUS ? a.fg + bt * nH : nullptr;
       for (int64_t i = 0; i < nH; ++i) gn[i] = 0;
       for (int64_t j = 0; j < n; ++j) {
@@ -266,26 +301,31 @@ Ptrs<scalar_t> pointers(const at::Tensor& P, const at::Tensor& f, const at::Tens
                         const at::Tensor& mask, const at::Tensor& r, const at::Tensor& p1, const at::Tensor& p2) {
   Ptrs<scalar_t> a;
   a.P = P.data_ptr<scalar_t>();
-  a.f = f.data_ptr<scalar_t>();
+  a.f = ptr_or_null<scalar_t>(f);
   a.fg = ptr_or_null<scalar_t>(fg);
   a.c0 = c0.data_ptr<scalar_t>();
   a.mask = mask.defined() && mask.numel() ? mask.data_ptr<bool>() : nullptr;
   a.r = ptr_or_null<scalar_t>(r);
   a.p1 = ptr_or_null<scalar_t>(p1);
   a.p2 = ptr_or_null<scalar_t>(p2);
-  a.B = f.size(0);
-  a.T = f.size(1);
-  a.n = f.size(2);
-  a.H = f.size(3);
+  a.B = P.size(0);
+  a.T = P.size(1);
+  a.n = c0.size(1);
+  a.H = c0.size(2);
   a.RH = P.size(2);
   return a;
 }
 
-void check(const at::Tensor& P, const at::Tensor& f, const at::Tensor& c0) {
+void check(const at::Tensor& P, const at::Tensor& f, const at::Tensor& c0, bool maxplus) {
   TORCH_CHECK(P.device().is_cpu() && P.is_contiguous() && P.dim() == 3, "P must be a contiguous CPU [B,T,R*H]");
-  TORCH_CHECK(f.is_contiguous() && f.dim() == 4 && f.scalar_type() == P.scalar_type(), "f must be [B,T,n,H]");
-  TORCH_CHECK(c0.is_contiguous() && c0.scalar_type() == P.scalar_type(), "c0 must be a contiguous [B,n,H]");
-  TORCH_CHECK(P.size(2) >= 2 * f.size(2) * f.size(3), "P has too few rows");
+  TORCH_CHECK(c0.is_contiguous() && c0.dim() == 3 && c0.scalar_type() == P.scalar_type() && c0.size(0) == P.size(0),
+              "c0 must be a contiguous [B,n,H]");
+  if (f.numel() || maxplus) {
+    TORCH_CHECK(f.is_contiguous() && f.dim() == 4 && f.scalar_type() == P.scalar_type(), "f must be [B,T,n,H]");
+    TORCH_CHECK(f.size(0) == P.size(0) && f.size(1) == P.size(1) && f.size(2) == c0.size(1) && f.size(3) == c0.size(2),
+                "f must be [B,T,n,H] as P and c0 say");
+  }
+  TORCH_CHECK(P.size(2) >= 2 * c0.size(1) * c0.size(2), "P has too few rows");
 }
 
 int64_t grain(int64_t B) {
@@ -298,10 +338,10 @@ std::tuple<at::Tensor, at::Tensor> rational_forward(const at::Tensor& P, const a
                                                     const at::Tensor& mask, const at::Tensor& r,
                                                     const at::Tensor& p1, const at::Tensor& p2, bool maxplus,
                                                     bool pattern_f, bool tanh_out) {
-  check(P, f, c0);
+  check(P, f, c0, maxplus);
   TORCH_CHECK(!(maxplus && pattern_f), "RRNN(F) runs here in the real semiring only");
-  auto S = at::empty(f.sizes(), f.options());
-  auto Rd = at::empty({f.size(0), f.size(1), f.size(3)}, f.options());
+  auto S = at::empty({P.size(0), P.size(1), c0.size(1), c0.size(2)}, P.options());
+  auto Rd = at::empty({P.size(0), P.size(1), c0.size(2)}, P.options());
   AT_DISPATCH_FLOATING_TYPES(P.scalar_type(), "rational_forward", [&] {
     const auto a = pointers<scalar_t>(P, f, at::Tensor(), c0, mask, r, p1, p2);
     scalar_t* s = S.data_ptr<scalar_t>();
@@ -320,11 +360,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rational_
     const at::Tensor& P, const at::Tensor& f, const at::Tensor& fg, const at::Tensor& c0, const at::Tensor& mask,
     const at::Tensor& r, const at::Tensor& p1, const at::Tensor& p2, const at::Tensor& S, const at::Tensor& dRd,
     const at::Tensor& dS_last, const at::Tensor& dRd_last, const at::Tensor& Rd_tanh, bool maxplus, bool pattern_f) {
-  check(P, f, c0);
+  check(P, f, c0, maxplus);
   TORCH_CHECK(!maxplus || (fg.defined() && fg.is_contiguous()), "max-plus needs fg");
   auto dP = at::empty(P.sizes(), P.options());
   auto dc0 = at::empty(c0.sizes(), c0.options());
-  const int64_t B = f.size(0), H = f.size(3);
+  const int64_t B = P.size(0), H = c0.size(2);
   auto dr = pattern_f ? at::empty({B, H}, P.options()) : at::empty({0}, P.options());
   auto dp1 = pattern_f ? at::empty({B, H}, P.options()) : at::empty({0}, P.options());
   auto dp2 = pattern_f ? at::empty({B, H}, P.options()) : at::empty({0}, P.options());
