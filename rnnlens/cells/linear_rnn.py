@@ -18,6 +18,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..ops.precision import no_autocast_backward
+from ..ops.table_scan import back_step
 from .unitary import WordMatrixCell
 
 
@@ -88,16 +89,8 @@ class _LinearRNNScan(torch.autograd.Function):
             a = gH.new_empty(B, C, n)
             for j in range(C - 1, -1, -1):
                 t = t0 + j
-                gh = gh + gH[:, t]
-                if mask is None:
-                    a[:, j], gh = gh, torch.zeros_like(gh)
-                else:
-                    m = mask[:, t, None]
-                    a[:, j], gh = gh.masked_fill(~m, 0), gh.masked_fill(m, 0)
-                gp = torch.bmm(a[:, j, None, :], A[:, j])[:, 0]                     # A^T a
-                if need_start:
-                    gstart[:, t] = gp[:, 0]
-                gh = gh + (gp * d if d is not None else gp)
+                a[:, j], gh = back_step(gh, gH[:, t], None if mask is None else mask[:, t, None], A[:, j], d,
+                                        gstart[:, t] if need_start else None)
             if need_x or need_w or need_b:
                 G = torch.bmm(a.reshape(B * C, n, 1), P[:, t0: t0 + C].reshape(B * C, 1, n))
                 if M is not None:
@@ -128,6 +121,7 @@ class LinearRNN(WordMatrixCell):
             nn.init.normal_(self.W.weight, std=0.1 / math.sqrt(input_size * n))
             self.W.bias.copy_(torch.eye(n).reshape(-1))
         self.sequence_scan = True           # False: the step loop over every position's matrix
+        self.fused_table_scan = False       # that loop stays the reference (its fast path is the above)
         # word-matrix entries (B*T*n*n) the scan may hold for backward; above it, chunks of
         # matrix_chunk entries (or one step), rebuilt in backward (`_LinearRNNScan`)
         self.matrix_budget, self.matrix_chunk = 1 << 27, 1 << 24
@@ -144,11 +138,8 @@ class LinearRNN(WordMatrixCell):
             return None
         B, T, _ = x.shape
         n = self.hidden_size
-        h0, u0 = s[:, :n], s[:, n:]
-        started = torch.ones(B, T, 1, dtype=torch.bool, device=x.device) if mask is None \
-            else (mask.cumsum(1) > 0)[..., None]
-        us = torch.where(started, torch.ones_like(u0)[:, None], u0[:, None])           # u_t  [B,T,1]
-        start = 1 - torch.cat([u0[:, None], us[:, :-1]], 1)[..., 0]                    # 1 - u_{t-1}
+        h0 = s[:, :n]
+        us, start = self._started(s, mask, T)                  # u_t [B,T,1], 1 - u_{t-1} [B,T]
         entries = B * T * n * n
         chunk = T if entries <= self.matrix_budget else max(1, self.matrix_chunk // (B * n * n))
         H = _LinearRNNScan.apply(x, self.W.weight, self.W.bias, h0, start.to(x.dtype), drop_h, drop_A,

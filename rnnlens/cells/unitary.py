@@ -108,6 +108,7 @@ from torch import nn
 from ..ops.expm import (lowrank_apply, matrix_exp, skew_expm_action, skew_index, skew_matrix_exp, skew_ref,
                         triangle_size, truncated_expm_factor, truncated_matrix_exp)
 from ..ops.precision import full_precision, no_autocast
+from ..ops.table_scan import table_scan
 from .base import Cell, DenseView
 
 
@@ -163,6 +164,8 @@ class WordMatrixCell(Cell):
         e0 = torch.zeros(hidden_size)
         e0[0] = 1.0
         self.register_buffer("e0", e0, persistent=False)   # also fixes dtype/device of states
+        # the table path as one ops.table_scan; False: the step loop of _scan_full, its reference
+        self.fused_table_scan = True
 
     def configure(self, cfg) -> None:
         """Cell.configure, and model.word_dropout: which word-side entries recurrent dropout
@@ -220,6 +223,8 @@ class WordMatrixCell(Cell):
             Rs, phis = (f.unbind(1) for f in factors)
         elif action is not None:
             vs, rhos = action[0].unbind(1), action[1]
+        elif self.fused_table_scan:
+            return self._table_scan(x, mask, s, drop_A, drop_h)
         else:
             table, idx = self._table(x, mask)
             # Per step, gather from the table (its gradient is index_add'ed into [U,n,n]), or
@@ -250,6 +255,29 @@ class WordMatrixCell(Cell):
             hs.append(h)
             us.append(u)
         return torch.cat([torch.stack(hs, 1), torch.stack(us, 1)], -1), torch.cat([h, u], -1)
+
+    def _started(self, s, mask, T: int):
+        """The started flag's bookkeeping over T steps, from the state s [B,n+1] and mask
+        [B,T] bool or None: (u_t [B,T,1], 1 once a real token has been read, else u_0; and
+        1 - u_{t-1} [B,T], the weight of e_0 in p_t)."""
+        u0 = s[:, self.hidden_size:]
+        started = (mask.cumsum(1) > 0)[..., None] if mask is not None else \
+            torch.ones(s.shape[0], T, 1, dtype=torch.bool, device=s.device)
+        us = torch.where(started, torch.ones_like(u0)[:, None], u0[:, None])
+        return us, 1 - torch.cat([u0[:, None], us[:, :-1]], 1)[..., 0]
+
+    def _table_scan(self, x, mask, s, drop_A, drop_h):
+        """The step loop over the table of matrices as one ops.table_scan (states [B,T,n+1],
+        final [B,n+1]); the loop in _scan_full (fused_table_scan = False) is its reference."""
+        B, T, _ = x.shape
+        n = self.hidden_size
+        table, idx = self._table(x, mask)
+        if idx is None:                                   # a matrix per position
+            table = table.reshape(B * T, n, n)
+            idx = torch.arange(B * T, device=x.device).view(B, T)
+        us, start = self._started(s, mask, T)
+        H, _ = table_scan(table, idx, start.to(s.dtype), drop_h, drop_A, s[:, :n], mask)
+        return torch.cat([H, us], -1), torch.cat([H[:, -1], us[:, -1]], -1)
 
     def _sequence_scan(self, x, mask, s, drop_A, drop_h):
         """None, or (states [B,T,n+1], final [B,n+1]) from a scan over the whole sequence

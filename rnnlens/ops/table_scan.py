@@ -1,0 +1,123 @@
+"""A recurrence whose matrix at each position is looked up in a table: the word-matrix cells'
+scan (the URN's h_t = Q(x_t) h_{t-1} with one Q per distinct word, cells/unitary.py).
+
+    p_t = d * h_{t-1} + start_t e_0,   h_t = A_t p_t if mask_t else h_{t-1},
+    A_t = table[idx[b, t]] (* M, a dropout mask on the matrices, if given)
+
+`table_scan` runs the whole sequence as one autograd Function: per step one gather of the
+rows' matrices and one batched matrix-vector product forward, the same and the adjoint
+product backward, and the table's gradient from the saved vectors at the end (outer
+products added into their words' rows, a block of positions at a time), so the autograd
+graph holds one node instead of a dozen per step. `table_scan_ref` is the plain loop with
+autograd through every step, its reference. Signature as the other scans:
+op(table, idx, start, d=None, M=None, initial_state, mask) -> (H [B,T,n], final [B,n]).
+"""
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from .precision import no_autocast_backward
+
+OUTER_BLOCK = 1 << 22          # numbers of outer products built at once for the table's gradient
+
+
+def back_step(gh, gH_t, mask_t, A_t, d, gstart_t=None):
+    """One step of the word-matrix scans' backward: the gradient gh of h_t plus the output's
+    gH_t splits into a, the part reaching A_t p_t (real rows), and the part a pad passes
+    back unchanged; A_t^T a then reaches p_t, whose e_0 entry is start_t's gradient (written
+    into gstart_t if given) and whose rest goes back to h_{t-1} through d. -> (a, gradient
+    of h_{t-1}). mask_t [B,1] bool or None, A_t [B,n,n]."""
+    gh = gh + gH_t
+    if mask_t is None:
+        a, gh = gh, torch.zeros_like(gh)
+    else:
+        a, gh = gh.masked_fill(~mask_t, 0), gh.masked_fill(mask_t, 0)
+    gp = torch.bmm(a[:, None, :], A_t)[:, 0]                                    # A^T a
+    if gstart_t is not None:
+        gstart_t.copy_(gp[:, 0])
+    return a, gh + (gp * d if d is not None else gp)
+
+
+def _matrices(table, idx_t, M):
+    A = table.index_select(0, idx_t)
+    return A if M is None else A * M
+
+
+class _TableScan(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, table, idx, start, d, M, h0, mask):
+        B, T = idx.shape
+        n = table.shape[-1]
+        H, P = h0.new_empty(B, T, n), h0.new_empty(B, T, n)
+        h = h0
+        for t in range(T):
+            p = h * d if d is not None else h.clone()
+            p[:, 0] += start[:, t]
+            P[:, t] = p
+            new = torch.bmm(p[:, None, :], _matrices(table, idx[:, t], M).transpose(1, 2))[:, 0]   # A p, as a row
+            h = new if mask is None else torch.where(mask[:, t, None], new, h)
+            H[:, t] = h
+        ctx.save_for_backward(table, idx, d, M, mask, P)
+        return H
+
+    @staticmethod
+    @once_differentiable
+    @no_autocast_backward
+    def backward(ctx, gH):
+        table, idx, d, M, mask, P = ctx.saved_tensors
+        need_table, _, need_start, _, _, need_h0 = ctx.needs_input_grad[:6]
+        B, T, n = P.shape
+        a = gH.new_zeros(B, T, n)                     # the gradient reaching A_t p_t
+        gstart = gH.new_zeros(B, T) if need_start else None
+        gh = gH.new_zeros(B, n)
+        for t in range(T - 1, -1, -1):
+            a[:, t], gh = back_step(gh, gH[:, t], None if mask is None else mask[:, t, None],
+                                    _matrices(table, idx[:, t], M), d, gstart[:, t] if need_start else None)
+        gtable = None
+        if need_table:
+            gtable = torch.zeros_like(table)
+            flat_a, flat_p, flat_i = a.reshape(B * T, n), P.reshape(B * T, n), idx.reshape(B * T)
+            step = max(1, OUTER_BLOCK // (n * n))
+            for k in range(0, B * T, step):
+                G = torch.bmm(flat_a[k: k + step, :, None], flat_p[k: k + step, None, :])
+                if M is not None:                 # position k is row k // T
+                    G = G * M.index_select(0, torch.arange(k, min(k + step, B * T), device=M.device) // T)
+                gtable.index_add_(0, flat_i[k: k + step], G)
+        return gtable, None, gstart, None, None, (gh if need_h0 else None), None
+
+
+def table_scan(table: torch.Tensor, idx: torch.Tensor, start: torch.Tensor, d: torch.Tensor | None = None,
+               M: torch.Tensor | None = None, initial_state: torch.Tensor | None = None,
+               mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """table [U,n,n], idx [B,T] long (rows of table), start [B,T] (the weight of e_0 added to
+    p_t), d [B,n] (a constant mask on h, e.g. dropout) or None, M [B,n,n] (a constant mask on
+    every A_t) or None, initial_state h_0 [B,n] (default zeros), mask [B,T] bool or None
+    (False: a pad, h kept) -> (H [B,T,n], final [B,n]). Differentiable in table, start and
+    initial_state."""
+    B, T = idx.shape
+    n = table.shape[-1]
+    h0 = initial_state if initial_state is not None else table.new_zeros(B, n)
+    if T == 0:
+        return h0.new_zeros(B, 0, n), h0
+    H = _TableScan.apply(table, idx, start, d, M, h0, mask)
+    return H, H[:, -1]
+
+
+def table_scan_ref(table: torch.Tensor, idx: torch.Tensor, start: torch.Tensor, d: torch.Tensor | None = None,
+                   M: torch.Tensor | None = None, initial_state: torch.Tensor | None = None,
+                   mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference of `table_scan`: the equation step by step, autograd through each."""
+    B, T = idx.shape
+    n = table.shape[-1]
+    h = initial_state if initial_state is not None else table.new_zeros(B, n)
+    e0 = torch.zeros(n, dtype=table.dtype, device=table.device)
+    e0[0] = 1
+    hs = []
+    for t in range(T):
+        A = table[idx[:, t]] if M is None else table[idx[:, t]] * M
+        p = (h * d if d is not None else h) + start[:, t, None] * e0
+        new = torch.einsum("bij,bj->bi", A, p)
+        h = new if mask is None else torch.where(mask[:, t, None], new, h)
+        hs.append(h)
+    return (torch.stack(hs, 1) if hs else h.new_zeros(B, 0, n)), h
