@@ -181,9 +181,20 @@ class RationalCell(Cell):
             prev = c
         if self.pattern == "f":
             p1, p2, _ = self.final_epsilon_weights(dtype)
-            blocks.append(sr.plus(sr.times(p1, blocks[0]), sr.times(p2, blocks[1])))
+            read = sr.plus(sr.times(p1, blocks[0]), sr.times(p2, blocks[1]))
+            blocks.append(self._start_read_out(read, s0[:, 2], mask))
             finals.append(blocks[-1][:, -1])        # a read-out of the others, held at pads too
         return blocks, torch.cat(finals, -1)
+
+    @staticmethod
+    def _start_read_out(read, start, mask):
+        """RRNN(F)'s read-out block [B,T,H] with the positions before a row's first real token
+        holding the start state's own read-out `start` [B,H], as the step reference does (the
+        two differ only for a start state whose read-out is not p1 c_1 + p2 c_2 of its blocks)."""
+        if mask is None:
+            return read
+        lead = (mask.cumsum(1) == 0)[..., None]
+        return torch.where(lead, start[:, None], read)
 
     def step(self, x_t, s):
         """The plain per-step reference, written from Appendix D's equations."""
@@ -249,11 +260,26 @@ class RationalCell(Cell):
             extra = {"r": r, "p1": p1, "p2": p2}
         if not self.output_gate:        # h = tanh(c) in the same pass
             h, final = rational_fused.rational_scan(P, c0, mask, semiring=self.sr.name, tanh=True, **extra)
+            if self.pattern == "f":
+                h, final = self._fused_start_read_out(h, final, state, mask, torch.tanh)
             return self._dropout(h), final
         Rd, final = rational_fused.rational_scan(P, c0, mask, semiring=self.sr.name, **extra)
+        if self.pattern == "f":
+            Rd, final = self._fused_start_read_out(Rd, final, state, mask, lambda v: v)
         po = P.view(B, T, P.shape[2] // H, H)[:, :, 2 * n]
         o = torch.sigmoid(po) if self.sr.name == "real" else F.logsigmoid(po)
         return self._out_of(x, Rd, mask, o), final
+
+    def _fused_start_read_out(self, out, final, state, mask, fn):
+        """`_start_read_out` for the fused pass: its per-position read-out (or fn of it) and
+        its final state's read-out block, in a row with no real token the start's own."""
+        if mask is None:
+            return out, final
+        H = self.hidden_size
+        start = state[:, 2 * H:]
+        out = self._start_read_out(out, fn(start), mask)
+        empty = ~mask.any(1, keepdim=True)
+        return out, torch.cat([final[:, :2 * H], torch.where(empty, start, final[:, 2 * H:])], 1)
 
     def forward_ref(self, x, mask=None, state=None):
         if state is None:

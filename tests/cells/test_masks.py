@@ -275,3 +275,30 @@ def test_models_with_left_and_interior_pads_equal_each_row_alone(cell, shape):
             grid = attr.ngrams[b][:, pos][:, :, pos]            # real positions only, in order
             assert max_diff(grid, a.ngrams[0]) < 1e-10
             assert abs(float(attr.remainder[b] - a.remainder[0])) < 1e-10
+
+
+@pytest.mark.parametrize("cpp", ["1", "0"], ids=["native", "pytorch"])
+@pytest.mark.parametrize("name,kw", CASES, ids=IDS)
+def test_any_start_state_under_any_mask_equals_the_step_reference(name, kw, cpp, monkeypatch):
+    """A start state the caller gives, arbitrary (not one a cell would reach: RRNN(F)'s read-out
+    block is not p1 c_1 + p2 c_2 of its blocks), with left, inside and trailing pads and a
+    row with no real token: the cell's forward equals its step reference (`forward_ref`) in
+    outputs (pads before the first real token included), final state, and the gradients of
+    x and of the start state. With the C++ kernels on and off (RNNLENS_CPP)."""
+    monkeypatch.setenv("RNNLENS_CPP", cpp)
+    cell = make(name, kw)
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(4, T, E, generator=g, dtype=torch.float64)
+    s0 = torch.randn(4, cell.state_size, generator=g, dtype=torch.float64)
+    mask = interior_mask()
+    R = torch.randn(4, T, cell.hidden_size, generator=g, dtype=torch.float64)
+    r = torch.randn(4, cell.state_size, generator=g, dtype=torch.float64)
+    got = []
+    for fn in (cell, cell.forward_ref):
+        xi, si = x.clone().requires_grad_(), s0.clone().requires_grad_()
+        out, fin = fn(xi, mask, si)
+        loss = (out * R).sum() + (fin * r).sum()
+        got.append((out.detach(), fin.detach(), *torch.autograd.grad(loss, [xi, si])))
+    tol = 1e-9 if type(cell).__name__ == "URN" else 1e-10
+    for what, a, b in zip(("outputs", "final state", "d/dx", "d/d start"), *got):
+        assert max_diff(a, b) <= tol * max(1.0, b.abs().max().item()), (name, what, max_diff(a, b))
