@@ -85,14 +85,7 @@ class RNNEncoder(nn.Module):
         for layer in range(cfg.layers):
             size = embedding.embedding_dim if layer == 0 else self.output_size
             for _ in range(self.directions):
-                extra = {"truncation": cfg.truncation} if cfg.truncation is not None else {}
-                cell = CELLS[cfg.cell](size, cfg.hidden_size, **extra)
-                cell.configure(cfg)
-                if cfg.spectral_norm:
-                    from torch.nn.utils.parametrizations import spectral_norm
-                    for module, name in cell.recurrent_weights():
-                        spectral_norm(module, name)
-                cells.append(cell)
+                cells.append(build_cell(cfg, size))
         self.cells = nn.ModuleList(cells)
         if cfg.checkpoint_chunk is not None and not cells[0].additive:
             raise RnnlensError(f"model.checkpoint_chunk does not apply to {cfg.cell}: it keeps only the "
@@ -183,6 +176,20 @@ class TransformerEncoder(nn.Module):
     states = linear_view
 
 
+def build_cell(cfg: ModelConfig, input_size: int):
+    """The model's cell (cfg.cell) for one layer and direction: built with cfg.truncation where
+    set, given the model's settings (`Cell.configure`), its recurrent weights spectrally
+    normalised with cfg.spectral_norm. Every recurrent layer of every encoder is built here."""
+    extra = {"truncation": cfg.truncation} if cfg.truncation is not None else {}
+    cell = CELLS[cfg.cell](input_size, cfg.hidden_size, **extra)
+    cell.configure(cfg)
+    if cfg.spectral_norm:
+        from torch.nn.utils.parametrizations import spectral_norm
+        for module, name in cell.recurrent_weights():
+            spectral_norm(module, name)
+    return cell
+
+
 class MemoryEncoder(nn.Module):
     """A recurrent memory network (Tran, Bisazza & Monz 2016, Section 3.2): tokens[B,T] ->
     LSTM layers -> memory block -> (RMR: a second LSTM) -> out[B,T,H].
@@ -204,9 +211,7 @@ class MemoryEncoder(nn.Module):
         self.lower = RNNEncoder(cfg, embedding)      # owns the embedding (one copy in the weights)
         self.block = MemoryBlock(embedding.num_embeddings, cfg.hidden_size, cfg.memory_size,
                                  cfg.memory_temporal, cfg.memory_composition, cfg.memory_bidirectional)
-        self.upper = CELLS[cfg.cell](cfg.hidden_size, cfg.hidden_size) if cfg.memory == "rmr" else None
-        if self.upper is not None:
-            self.upper.recurrent_dropout = cfg.recurrent_dropout
+        self.upper = build_cell(cfg, cfg.hidden_size) if cfg.memory == "rmr" else None
         self.layer_dropout = nn.Dropout(cfg.layer_dropout)
         self.last: dict[str, torch.Tensor] = {}
 

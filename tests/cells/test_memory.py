@@ -447,6 +447,19 @@ def test_paper_init_forget_bias_and_uniform_range():
     assert not model.carries_state
 
 
+def test_the_upper_recurrent_layer_takes_the_model_settings_as_the_lower_ones_do():
+    """RMR's second recurrent layer is built as every other layer: the model's recurrent
+    dropout and clamp (Cell.configure) and the spectral norm on its recurrent weights."""
+    from torch.nn.utils import parametrize
+
+    model = RNNModel(tiny_cfg("rmr", cell="mvma-g", clamp=3.0, recurrent_dropout=0.2, spectral_norm=True),
+                     len(VOCAB), "lm")
+    lower, upper = model.encoder.lower.cells[0], model.encoder.upper
+    for cell in (lower, upper):
+        assert cell.recurrent_dropout == 0.2 and cell.clamp == 3.0
+        assert cell.recurrent_weights() and all(parametrize.is_parametrized(m, n) for m, n in cell.recurrent_weights())
+
+
 def test_config_validation_of_memory_fields():
     ok = {"data": {"corpus": "ptb", "sentence_level": True}, "model": {"cell": "lstm", "memory": "rm"}}
     Config.from_dict(ok)
