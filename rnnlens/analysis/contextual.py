@@ -51,8 +51,15 @@ Stacked layers: a layer above another reads that layer's two parts as its input,
 gate pre-activations split as W_x beta_below + W_h beta (relevant) and W_x gamma_below +
 W_h gamma (irrelevant); the phrase positions still decide where bias*bias terms go.
 
-Models: an rnnlens RNNModel with cell "gru" or "lstm" (one or more layers, one direction, a
-linear sentence head on the final state or the mean of the states), or a plain nn.Module
+Bidirectional models: the backward direction runs the same decomposition on each row's real
+tokens in reverse (the phrase reversed with them), as the encoder runs it, and its parts are
+put back in reading order; a layer's parts are the two directions' side by side, and the head
+reads the forward direction at the last real token and the backward one at the first (or the
+mean of both over the real positions), as the model does.
+
+Models: an rnnlens RNNModel with cell "gru" or "lstm" (one or more layers, one or two
+directions, a linear sentence head on the final state or the mean of the states), or a plain
+nn.Module
 holding one nn.Embedding, one batch-first nn.LSTM/nn.GRU (any num_layers, one direction) and
 an nn.Linear on its last hidden state.
 The target score splits as rel = w . beta_T and irrel = w . gamma_T + bias (beta and gamma
@@ -60,14 +67,15 @@ averaged over real positions for mean pooling).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
 
 from ..cells.classic import GRU, LSTM
 from ..data.batching import Batch
-from ..encoder import RNNEncoder
+from ..cells.base import end_positions
+from ..encoder import RNNEncoder, reverse_padded
 from ..errors import RnnlensError
 from ..heads.classify import ClassificationHead
 from .attribution import _eval, _find_rnn
@@ -80,7 +88,7 @@ from .cd_core import (PRESETS, TERMS, CDRules, CDScores, CDStates, cd_gru, cd_ls
 @dataclass
 class _Parts:
     kind: str                      # "lstm" | "gru"
-    layers: list                   # per layer, bottom first: (weight_ih, weight_hh, bias_ih, bias_hh)
+    layers: list                   # per layer, bottom first, per direction: (weight_ih, weight_hh, bias_ih, bias_hh)
     embedding: nn.Module
     readout: nn.Linear
     pooling: str
@@ -91,14 +99,14 @@ def _native_parts(model) -> _Parts:
     cfg, enc, head = model.cfg, model.encoder, model.head
     if not isinstance(enc, RNNEncoder):
         raise RnnlensError("contextual decomposition explains recurrent encoders, not the transformer or memory networks")
-    if enc.directions != 1:
-        raise RnnlensError("contextual decomposition here explains one-direction models (stacked or not)")
     cell = enc.cells[0]
     if type(cell) not in (GRU, LSTM):
         raise RnnlensError(f"contextual decomposition takes the gru and lstm cells, not {cfg.cell!r}")
     if not isinstance(head, ClassificationHead) or head.mlp is not None:
         raise RnnlensError("contextual decomposition needs a sentence head with one linear layer (no MLP)")
-    layers = [(c.weight_ih, c.weight_hh, c.bias_ih, c.bias_hh) for c in enc.cells]
+    cells = [(c.weight_ih, c.weight_hh, c.bias_ih, c.bias_hh) for c in enc.cells]
+    D = enc.directions
+    layers = [cells[k: k + D] for k in range(0, len(cells), D)]
     single = head.out.out_features == 1
     return _Parts("lstm" if type(cell) is LSTM else "gru", layers, enc.embedding, head.out, head.pooling, single)
 
@@ -119,7 +127,7 @@ def _torch_parts(model) -> _Parts:
     for k in range(rnn.num_layers):
         w = [getattr(rnn, f"{name}_l{k}") for name in ("weight_ih", "weight_hh")]
         b = [getattr(rnn, f"{name}_l{k}") for name in ("bias_ih", "bias_hh")] if rnn.bias else [zero, zero]
-        layers.append((*w, *b))
+        layers.append([(*w, *b)])
     kind = "lstm" if isinstance(rnn, nn.LSTM) else "gru"
     return _Parts(kind, layers, _embedding(model), linears[0], "final", linears[0].out_features == 1)
 
@@ -143,7 +151,7 @@ class ContextualDecomposition:
             tokens, mask = tokens.tokens, tokens.mask if mask is None else mask
         tokens = torch.as_tensor(tokens)
         tokens = tokens[None] if tokens.dim() == 1 else tokens
-        device = self.parts.layers[0][0].device
+        device = self.parts.layers[0][0][0].device
         if self.native:
             mask = tokens.ne(0) if mask is None else torch.as_tensor(mask).bool()
         elif mask is not None and not bool(torch.as_tensor(mask).all()):
@@ -160,15 +168,45 @@ class ContextualDecomposition:
         with _eval(self.model):
             x = p.embedding(tokens)
         fn = cd_lstm if p.kind == "lstm" else cd_gru
-        rel_mask = torch.as_tensor(rel_mask).bool()
-        for k, weights in enumerate(p.layers):
+        rel_mask = torch.as_tensor(rel_mask).bool().to(x.device)
+        for k, directions in enumerate(p.layers):
             top = k == len(p.layers) - 1
-            st = fn(x, *weights, rel_mask, mask, rules=self.rules, rows=rows, keep=keep if top else "all")
+            if len(directions) == 1:
+                st = fn(x, *directions[0], rel_mask, mask, rules=self.rules, rows=rows, keep=keep if top else "all")
+            else:
+                st = self._both_directions(fn, x, directions, rel_mask, mask, rows)
+                if top:
+                    return _pool_directions(st, self._real(mask, rows, rel_mask), keep)
             if top:
                 return st
             if mask is not None:        # the layers above read rows of the phrases, not sentences
                 mask = mask[rows] if rows is not None else mask
             x, rows = (st.rel, st.irrel), None
+
+    @staticmethod
+    def _real(mask, rows, rel_mask) -> torch.Tensor:
+        """[R,T] bool: the real positions of each row of the phrases."""
+        if mask is None:
+            return torch.ones_like(rel_mask)
+        return mask[rows] if rows is not None else mask
+
+    def _both_directions(self, fn, x, directions, rel_mask, mask, rows) -> CDStates:
+        """One bidirectional layer: CDStates [R,T,2H] (forward parts, then backward parts in
+        reading order). x: the embeddings [B,T,E] (rows picks each phrase's sentence) or the
+        parts of the layer below [R,T,D]."""
+        real = self._real(mask, rows, rel_mask)
+        fwd = fn(x, *directions[0], rel_mask, mask, rules=self.rules, rows=rows, keep="all")
+        if isinstance(x, tuple):
+            back_x = tuple(reverse_padded(v, real) for v in x)
+        else:
+            back_x = reverse_padded(x, mask if mask is not None else torch.ones(x.shape[:2], dtype=torch.bool,
+                                                                               device=x.device))
+        bwd = fn(back_x, *directions[1], reverse_padded(rel_mask, real), mask, rules=self.rules, rows=rows,
+                 keep="all")
+        both = [None if getattr(fwd, f.name) is None else
+                torch.cat([getattr(fwd, f.name), reverse_padded(getattr(bwd, f.name), real)], -1)
+                for f in fields(CDStates)]
+        return CDStates(*both)
 
     def _scores(self, tokens, rel_mask, mask, rows):
         """([R,C], [R,C]): the readout's rel and irrel parts for every output."""
@@ -260,6 +298,29 @@ class ContextualDecomposition:
         out = rel.new_zeros(B, T)
         out[rows, pos] = rel.gather(1, t[rows][:, None])[:, 0]
         return out
+
+
+def _pool_directions(st: CDStates, real: torch.Tensor, keep: str) -> CDStates:
+    """A bidirectional top layer's parts [R,T,2H] read as the head reads its states: "final"
+    takes the forward half at each row's last real token and the backward half at its first
+    (RNNEncoder.final), "mean" averages both over the real positions, "all" keeps them."""
+    if keep == "all":
+        return st
+    if keep not in ("final", "mean"):
+        raise RnnlensError(f"keep must be one of all, final, mean, not {keep!r}")
+    out = []
+    for f in fields(CDStates):
+        v = getattr(st, f.name)
+        if v is None:
+            out.append(None)
+        elif keep == "mean":
+            m = real[..., None].to(v.dtype)
+            out.append((v * m).sum(1) / m.sum(1).clamp(min=1))
+        else:
+            first, last = end_positions(real)
+            rows, H = torch.arange(v.shape[0], device=v.device), v.shape[-1] // 2
+            out.append(torch.cat([v[rows, last, :H], v[rows, first, H:]], -1))
+    return CDStates(*out)
 
 
 def _span_mask(span, T: int, device) -> torch.Tensor:
