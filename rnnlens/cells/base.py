@@ -117,11 +117,14 @@ class LinearView:
         """getattr(self, name)[:, t] (a [B,T,...] tensor at step t) through one cached
         unbind(1). In a time loop under autograd, T selects would each write a zero-filled
         gradient of the whole [B,T,...] tensor in backward, O(T^2) work for T steps; the
-        backward of one unbind is one stack. The cache follows reassignment (view.g = ...)."""
+        backward of one unbind is one stack. The cache follows reassignment (view.g = ...), and
+        one built without autograd is built again when a tensor that needs gradients is read
+        with autograd on (its slices would carry none)."""
         x = getattr(self, name)
         cache = self.__dict__.setdefault("_steps", {})
         hit = cache.get(name)
-        if hit is None or hit[0] is not x:
+        if hit is None or hit[0] is not x or (x.requires_grad and torch.is_grad_enabled()
+                                              and hit[1] and hit[1][0].grad_fn is None):
             hit = cache[name] = (x, x.unbind(1))
         return hit[1][t]
 

@@ -362,7 +362,7 @@ class LSTMView(LinearView):
         self.W, self.f, self.a_i, self.a_g, self.a_o, self.k = W, f, a_i, a_g, a_o, k
         self.a_f = a_f          # a W_hf term in D: zero in the first-order view, used by variants
         self.H = W.shape[1]
-        self._w3 = None
+        self._w3 = self._rgates = None
 
     @property
     def w3(self) -> torch.Tensor:
@@ -375,6 +375,18 @@ class LSTMView(LinearView):
             H = self.H
             self._w3 = torch.cat([self.W[:H], self.W[2 * H:]])
         return self._w3
+
+    @property
+    def rgates(self) -> torch.Tensor:
+        """[B,T,3H]: a_i, a_g, a_o side by side, the coefficients of `_rapply`'s product when
+        a_f is None; built once per view, and again if built without autograd and now needed
+        with it."""
+        parts = (self.a_i, self.a_g, self.a_o)
+        stale = self._rgates is not None and torch.is_grad_enabled() and self._rgates.grad_fn is None \
+            and any(p.requires_grad for p in parts)
+        if self._rgates is None or stale:
+            self._rgates = torch.cat(parts, -1)
+        return self._rgates
 
     # prefers_dense stays False: the block form costs as much per vector as the dense
     # [2H,2H] matrix, so building it gains nothing
@@ -435,11 +447,12 @@ class LSTMView(LinearView):
 
     def _rapply(self, t, R):
         rc, rh = R.split(self.H, -1)
+        if self.a_f is None:        # 3 blocks: no zero W_hf block in the product; few small ops
+            q = torch.addcmul(rc, rh, self.at("k", t)[:, None])
+            coef = torch.cat([q, q, rh], -1) * self.at("rgates", t)[:, None]
+            return torch.cat([q * self.at("f", t)[:, None], coef @ self.w3], -1)
         f, a_i, a_g, a_o, k, a_f = self._gates(t)
         q = rc + rh * k
-        if a_f is None:             # 3 blocks: no zero W_hf block in the product
-            coef = torch.cat([q * a_i, q * a_g, rh * a_o], -1)
-            return torch.cat([q * f, coef @ self.w3], -1)
         coef = torch.cat([q * a_i, q * a_f, q * a_g, rh * a_o], -1)
         return torch.cat([q * f, coef @ self.W], -1)
 

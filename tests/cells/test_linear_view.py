@@ -57,6 +57,34 @@ def test_structured_products_equal_the_dense_matrix(name):
             assert view.g[pad, t].abs().max() == 0
 
 
+@pytest.mark.parametrize("name", REAL_VIEWS)
+def test_reverse_products_carry_the_gradients_of_the_dense_matrix(name):
+    """view.rapply under autograd, on a view that was first read without it (what it cached
+    then must not cut the gradients): the gradients reaching the input and the weights are
+    those of V @ A built densely."""
+    cell = make(name)
+    x, mask, _ = padded_batch()
+    V = torch.randn(4, 3, cell.state_size, dtype=torch.float64)
+    grads = []
+    for dense in (False, True):
+        xi = x.clone().requires_grad_()
+        cell.zero_grad(set_to_none=True)
+        v = cell.linear_view(xi, mask)
+        if not dense:
+            with torch.no_grad():
+                for t in range(6):
+                    v.rapply(t, V)
+        loss = sum((V @ v.matrix(t) if dense else v.rapply(t, V)).pow(2).sum() for t in range(6))
+        if not loss.requires_grad:          # A of this view does not depend on x or the weights
+            return
+        loss.backward()
+        grads.append([xi.grad] + [p.grad for p in cell.parameters()])
+    for a, b in zip(*grads):
+        assert (a is None) == (b is None) or max_diff(a if a is not None else b, 0 * b if a is None else 0 * a) == 0
+        if a is not None and b is not None:
+            assert max_diff(a, b) < 1e-10
+
+
 def test_lstm_view_reads_out_the_h_half():
     cell = make("lstm")
     view = cell.linear_view(torch.randn(1, 2, E, dtype=torch.float64))
