@@ -471,7 +471,8 @@ def report(res: dict, quick: bool, device: str, threads: int, started: str, seco
                   "as the cells run them (input projection forward and both backward products; for the "
                   "matrix-affine cells also the per-step recurrent products and their adjoint; for isan and "
                   "linear-rnn the per-word matrices' three [B*T, E] x [E, H*H] products), against torch.nn.LSTM's "
-                  f"whole forward + backward; median of {st['repeats']} (a quarter of that for the per-word ones).", ""]
+                  f"whole forward + backward; each time the best of {3 * st['repeats']} calls (of {max(1, st['repeats'] // 2)} for "
+                  "the per-word products), as a bound takes each side's best case.", ""]
         for b in res["bounds"]:
             if "error" in b:
                 lines += [f"failed: {b['error']}", ""]
