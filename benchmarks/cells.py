@@ -156,7 +156,8 @@ def table(rows: list[dict], lstm: float | None) -> str:
         if "error" in r:
             lines.append(f"| {r['cell']:18} | {'failed':>10} | {'':>7} | {r['error'][:19]:>19} | {'':>8} | {'':>9} |")
             continue
-        ratio = f"{r['tokens_per_s'] / lstm:.2f}x" if lstm else "n/a"
+        ref = r.get("ref_tokens_per_s") or lstm     # the reference timed next to it, where there is one
+        ratio = f"{r['tokens_per_s'] / ref:.2f}x" if ref else "n/a"
         rng = f"{r['min']:,.0f}..{r['max']:,.0f}"
         lines.append(f"| {r['cell']:18} | {r['tokens_per_s']:>10,.0f} | {ratio:>7} | {rng:>19} | "
                      f"{r['peak_mb']:>8.1f} | {r['params']:>9,} |")

@@ -59,6 +59,9 @@ LONG_TARGETS = {"rrnn-b": 3.0, "rrnn-c": 3.0, "rrnn-f": 3.0}          # at lengt
 OWN_TARGETS = {"elman": "torch.nn.RNN", "gru": "torch.nn.GRU", "lstm": "torch.nn.LSTM"}   # >= 0.95x
 URN_TARGET, RM_TARGET, OWN_TARGET, MEMORY_TARGET, OTHER_TARGET = 1.0, 0.5, 0.95, 1.5, 0.5
 TORCH = ("torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN", "torch.nn.LSTM-aten")
+REF = "torch.nn.LSTM"
+REF_EVERY = 4        # the speed tables time torch.nn.LSTM again after every 4 cells (the machine drifts)
+AGAIN = " (again)"   # the name of those repeated reference rows
 PROBE = 512          # the memory probe's length for cells whose length-35 run extrapolates past the budget
 CHECKPOINTED = ("gru", "mvma-l")        # the memory rows with model.checkpoint_chunk (one within 1.5x, one not)
 
@@ -89,10 +92,12 @@ def _job(job: dict, threads: int, device: str):
     if kind == "cell":
         from . import cells
 
-        ns = argparse.Namespace(worker=p["name"], threads=threads, repeats=p["repeats"], warmup=p["warmup"],
-                                steps=1, batch=p["batch"], length=p["length"], size=p["size"], device=device,
-                                checkpoint_chunk=p.get("chunk"))
-        return cells.worker(ns)
+        name = p["name"]
+        ns = argparse.Namespace(worker=name.removesuffix(AGAIN), threads=threads, repeats=p["repeats"],
+                                warmup=p["warmup"], steps=1, batch=p["batch"], length=p["length"], size=p["size"],
+                                device=device, checkpoint_chunk=p.get("chunk"))
+        row = cells.worker(ns)
+        return {**row, "cell": name} if name.endswith(AGAIN) else row
     if kind == "urn":
         from . import urn
 
@@ -208,9 +213,10 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
     t0 = time.perf_counter()
     plan: dict[str, list[dict]] = {}
     if "speed" in parts:
-        plan["speed"] = [_cells_job(n, s["length"], s) for n in (*TORCH, *cells)]
+        plan["speed"] = [_cells_job(n, s["length"], s) for n in (*TORCH, *with_references(cells))]
     if "long" in parts:
-        plan["long"] = [_cells_job(n, s["long"], s) for n in ("torch.nn.LSTM", *[c for c in LONG_TARGETS if c in cells])]
+        plan["long"] = [_cells_job(n, s["long"], s)
+                        for n in (REF, *with_references([c for c in LONG_TARGETS if c in cells]))]
     if "bounds" in parts:
         from .bounds import CELLS as BOUND_CELLS, WORD_MATRIX
 
@@ -258,6 +264,9 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
             res[part] = [run([j], f"{part}: {_describe(j)}")[0] for j in jobs]
     for part, jobs in plan.items():         # name the failed rows after their job
         res[part] = [r if "error" not in r else {**_names(j), **r} for j, r in zip(jobs, res[part])]
+    for part in ("speed", "long"):
+        if part in res:
+            res[part] = local_references(res[part])
     if "urn" in res:
         res["urn"] = res["urn"][0]
     if "memory" in parts:
@@ -269,6 +278,34 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
     out.write_text(text, encoding="utf-8")
     log(f"wrote {out}")
     return text
+
+
+def with_references(names: list[str], every: int = REF_EVERY) -> list[str]:
+    """The cells to time in order, with the reference (torch.nn.LSTM) again after every
+    `every` of them and after the last: each cell then has a reference timed next to it."""
+    out = []
+    for i, name in enumerate(names):
+        if i and i % every == 0:
+            out.append(REF + AGAIN)
+        out.append(name)
+    return [*out, REF + AGAIN] if names else out
+
+
+def local_references(rows: list[dict]) -> list[dict]:
+    """Each row of a speed table in timing order, given `ref_tokens_per_s`: the mean of the
+    reference's runs just before and just after it (the repeated ones are named REF + AGAIN),
+    so that a ratio compares two timings minutes apart at most, not the whole suite apart."""
+    refs = [i for i, r in enumerate(rows) if r.get("cell") in (REF, REF + AGAIN) and "error" not in r]
+    out = []
+    for i, r in enumerate(rows):
+        if "error" in r or r.get("cell") in (REF, REF + AGAIN) or not refs:
+            out.append(r)
+            continue
+        before = [j for j in refs if j < i][-1:]
+        after = [j for j in refs if j > i][:1]
+        near = [rows[j]["tokens_per_s"] for j in before + after]
+        out.append({**r, "ref_tokens_per_s": sum(near) / len(near)})
+    return out
 
 
 def _describe(job: dict) -> str:
@@ -345,7 +382,11 @@ def targets(res: dict) -> list[tuple[str, str, str, str, str]]:
             bound.update({(b["length"], k): v for k, v in b["bound"].items()})
 
     def ratio(table, name, ref):
+        """name's tokens/s over ref's; against torch.nn.LSTM, over the runs of it timed next to
+        name (`local_references`) where there are some."""
         a, b = table.get(name), table.get(ref)
+        if a and ref == REF and a.get("ref_tokens_per_s"):
+            return a["tokens_per_s"] / a["ref_tokens_per_s"]
         return a["tokens_per_s"] / b["tokens_per_s"] if a and b else None
 
     def add(label, value, goal, at_least=True, fmt="{:.2f}x", key=None):
@@ -457,7 +498,10 @@ def report(res: dict, quick: bool, device: str, threads: int, started: str, seco
         lines += [f"## Training speed, length {st['length']}", "",
                   f"benchmarks/cells.py: forward + backward of each cell alone on x [{st['batch']}, {st['length']}, "
                   f"{st['size']}] float32, hidden {st['size']}, median of {st['repeats']} after {st['warmup']} "
-                  "warm-up passes, each cell in its own process; peak MB = peak RSS growth (CUDA: the allocator's).",
+                  "warm-up passes, each cell in its own process; peak MB = peak RSS growth (CUDA: the allocator's). "
+                  f"x LSTM: against the mean of the {REF} runs timed just before and after the cell (the "
+                  f"'{REF + AGAIN}' rows, after every {REF_EVERY} cells, each against the first {REF}: the "
+                  "machine's speed drifts over a run).",
                   "", cells_mod.table(res["speed"], lstm), ""]
     if "long" in res:
         lstm = next((r["tokens_per_s"] for r in res["long"] if r.get("cell") == "torch.nn.LSTM" and "error" not in r), None)

@@ -98,3 +98,25 @@ def test_end_to_end_benchmark_writes_its_report(shared_data, tmp_path):
                  "--out", str(out)]) == 0
     text = out.read_text()
     assert "| rnnlens |" in text and "| plain |" in text and "rnnlens / plain time per epoch" in text
+
+
+def test_each_cell_is_compared_with_the_reference_timed_next_to_it(suite):
+    """The speed tables time torch.nn.LSTM again after every few cells; a cell's ratio is
+    against the mean of the reference runs just before and after it, not against the first
+    one alone (the machine's speed drifts over a suite)."""
+    names = [f"c{i}" for i in range(6)]
+    order = suite.with_references(names, every=4)
+    again = "torch.nn.LSTM (again)"
+    assert order == ["c0", "c1", "c2", "c3", again, "c4", "c5", again]
+    tps = {"torch.nn.LSTM": 100.0, "c0": 50.0, "c3": 50.0, "c4": 240.0, "c5": 60.0}
+    rows = [{"cell": "torch.nn.LSTM", "tokens_per_s": 100.0}]
+    refs = iter([140.0, 120.0])
+    for n in order:
+        rows.append({"cell": n, "tokens_per_s": next(refs) if n == again else tps.get(n, 10.0)})
+    rows = suite.local_references(rows)
+    by = {r["cell"]: r for r in rows if r["cell"] != again}
+    assert by["c0"]["ref_tokens_per_s"] == pytest.approx(120.0)       # (100 + 140) / 2
+    assert by["c4"]["ref_tokens_per_s"] == pytest.approx(130.0)       # (140 + 120) / 2
+    res = {"settings": suite.settings(False), "speed": rows}
+    got = {r[0]: r[1] for r in suite.targets(res)}
+    assert got["c4 tokens/s / torch.nn.LSTM, length 35"] == "1.85x"   # 240 / 130, not 240 / 100
