@@ -216,7 +216,8 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
     from ..demo import run_demo
 
     cell = row.extra.get("model", "GRU").lower()
-    res = RowResult(row)
+    # the demo has one setting, the paper's corpus at the package's defaults, whatever --budget says
+    res = RowResult(row, budget_name="tiny" if ctx.tiny else "full")
     for s in range(ctx.seeds):
         seed = ctx.seed0 + s
         path = ctx.out / "runs" / f"demo-{cell}-seed{seed}"

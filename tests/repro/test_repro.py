@@ -301,3 +301,23 @@ def test_a_reused_run_lacking_a_metric_is_evaluated_again_not_retrained(tmp_path
     _drop_from_test_line(log, "test_closing_error", {"test_loss": run.test["test_loss"] + 0.5})
     with pytest.raises(RnnlensError, match="not the recorded"):
         train_or_reuse(ctx, row.config, 0, need="test_closing_error")
+
+
+def test_the_demo_rows_carry_the_full_budget(tmp_path, monkeypatch):
+    """Sequence-level Table 1 runs the demo, which has one setting: its rows are labelled full
+    (so a passing check reads 'reproduced', not 'within (quick)') whatever --budget says."""
+    import rnnlens.demo
+    from rnnlens.repro.pipelines import KINDS
+
+    adjectives = [f"a{i}" for i in range(22)]
+    summary = {"table": {g: {f: {"mean": 1.0} for f in ("token", "negation", "double_negation")}
+                         for g in ("positive", "negative")},
+               "seconds": 1.0, "model": {"hidden_size": 32}, "best_epoch": 6, "adjectives": adjectives,
+               "negation_flips": 22, "double_negation_restores": 22}
+    monkeypatch.setattr(rnnlens.demo, "run_demo", lambda *a, **k: summary)
+    table = TABLES["seqlevel-table1"]
+    for budget in ("quick", "full"):
+        ctx = Context(out=tmp_path / budget, budget=budget, progress=False)
+        res = [KINDS[table.kind](ctx, table, row) for row in table.rows]
+        assert {r.budget_name for r in res} == {"full"}
+        assert any(r.checks for r in res)
