@@ -230,6 +230,7 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
             ctx.log(f"training the demo {cell} (seed {seed}) -> {path}")
             summary = run_demo(path, force=True, cell=cell, seed=seed, epochs=1 if ctx.tiny else None,
                                progress=ctx.progress)
+        _record_demo(ctx, path, summary, seed)
         group, form = row.extra["group"], row.extra["form"]
         res.values.append(float(summary["table"][group][form]["mean"]))
         res.runs[str(path)] = round(float(summary.get("seconds", 0.0)), 1)
@@ -247,6 +248,21 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
             res.checks.append((f"double negation flips it back (of {n})", str(summary["double_negation_restores"]),
                                summary["double_negation_restores"] >= tol["double_negation_restores_min"]))
     return res
+
+
+def _record_demo(ctx: Context, path: Path, summary: dict, seed: int) -> None:
+    """The record of a demo run under ctx.results (its config, test metrics and metrics.jsonl),
+    as train_or_reuse writes one for a trained config."""
+    if ctx.results is None or not (path / "config.json").is_file():
+        return
+    from . import records
+
+    cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))["config"]
+    test = {"split": "test", **{f"test_{k}": v for k, v in (summary.get("test") or {}).items()}}
+    records.write_run(ctx.results, path, config_file="rnnlens demo", cfg=cfg, seed=seed,
+                      budget="tiny" if ctx.tiny else "full",
+                      seconds=float(summary.get("seconds", 0.0)), test=test, command=ctx.command,
+                      threads=cfg["train"].get("threads"), device=cfg["train"].get("device", "cpu"))
 
 
 @kind("completion")
