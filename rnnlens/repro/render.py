@@ -20,6 +20,12 @@ def format_value(v, digits: int = 2) -> str:
     return str(v)
 
 
+def _diff(mean, paper):
+    """ours - paper, with float rounding left out (a mean equal to the paper's gives 0, not
+    1e-14 printed as such)."""
+    return None if mean is None or paper is None else round(mean - paper, 9)
+
+
 def lines_of(table: Table, results: list[RowResult]) -> list[dict]:
     """One dict per printed line: label, dataset, paper, mean, std, n, diff, ok, budget, data,
     note, status; then a line per check a pipeline made (e.g. "no upward trend")."""
@@ -37,7 +43,7 @@ def lines_of(table: Table, results: list[RowResult]) -> list[dict]:
             mean, std = mean_std(r.values)
             paper = row.paper if isinstance(row.paper, (int, float)) else None
             out.append({**base, "paper": paper, "mean": mean, "std": std, "n": len(r.values),
-                        "diff": None if mean is None or paper is None else mean - paper,
+                        "diff": _diff(mean, paper),
                         "ok": within(table, row, paper, mean, ref)})
             out += _check_lines(base, r)
             continue
@@ -50,7 +56,7 @@ def lines_of(table: Table, results: list[RowResult]) -> list[dict]:
             vals = [v.get(k) for v in r.values if isinstance(v, dict) and v.get(k) is not None]
             mean, std = mean_std(vals)
             out.append({**base, "label": f"{row.label} / {k}", "paper": paper, "mean": mean, "std": std,
-                        "n": len(vals), "diff": None if mean is None or paper is None else mean - paper,
+                        "n": len(vals), "diff": _diff(mean, paper),
                         "ok": within(table, row, paper, mean, ref)})
         out += _check_lines(base, r)
     first = None

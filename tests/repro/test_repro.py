@@ -321,3 +321,11 @@ def test_the_demo_rows_carry_the_full_budget(tmp_path, monkeypatch):
         res = [KINDS[table.kind](ctx, table, row) for row in table.rows]
         assert {r.budget_name for r in res} == {"full"}
         assert any(r.checks for r in res)
+
+
+def test_a_mean_equal_to_the_paper_differs_by_zero(tmp_path):
+    """Float rounding in a mean over seeds does not print as a tiny difference."""
+    row = Row("LSTM (subj, word2vec)", 92.6)
+    res = [RowResult(row, values=[92.2, 92.6, 93.0], budget="full", budget_name="full")]
+    md = markdown(_table({"abs": 1.5}, rows=[row]), res, Context(out=tmp_path, progress=False))
+    assert "| 0.00 |" in md and "e-1" not in md
