@@ -175,15 +175,16 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     """The run of `config` (with `overrides`, {section: {key: value}}) and seed `seed` at
     ctx's budget: reused when DIR/runs has its test record of the same settings, or (when
     the caller needs no weights, and the run starts from none) when ctx.results has its
-    record; trained otherwise (written atomically: a killed run leaves no half folder).
+    record; trained otherwise, in PATH.partial/ with a resume checkpoint after every epoch
+    (or every train.checkpoint_every steps): a killed run leaves no half folder, and the same
+    command again continues it from its last checkpoint (its record's seconds count both).
     init_from: a run folder whose weights it starts from (train.init_from); the run is
     reused only while that folder holds the same weights it started from. Every run used
     is recorded under ctx.results. need: a test metric the caller reads; a reused run whose
     test record lacks it (a metric added after it was trained) is evaluated again from its
     weights (`reevaluate`) instead of being retrained."""
     from ..config import Config
-    from ..train.checkpoint import output_dir
-    from ..train.resume import MAY_CHANGE, config_differences
+    from ..train.resume import MAY_CHANGE, Checkpoints, config_differences, training_dir
     from ..train.run import train_run
 
     cfg = row_config(ctx, config)
@@ -227,11 +228,16 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     if changed:
         ctx.log(f"{path} was trained with other settings ({'; '.join(changed[:3])}"
                 f"{'; ...' if len(changed) > 3 else ''}): training it again")
-    ctx.log(f"training {config} (seed {seed}, budget {tag}) -> {path}")
+    saved = _interrupted(ctx, path, cfg)
+    ctx.log(f"training {config} (seed {seed}, budget {tag}) -> {path}"
+            + (f" (resuming from {saved.where()})" if saved else ""))
+    before = float(saved.state.get("seconds", 0.0)) if saved else 0.0
     t0 = time.perf_counter()
-    with output_dir(path, force=True) as tmp:
-        res = train_run(cfg, tmp, progress=ctx.progress)
-        seconds = time.perf_counter() - t0
+    with training_dir(path, force=True, resume=saved is not None) as tmp:
+        ckpts = Checkpoints(tmp, cfg.to_dict(), cfg.train.checkpoint_every, resume=saved,
+                            hint="the same `rnnlens repro` command again")
+        res = train_run(cfg, tmp, progress=ctx.progress, checkpoints=ckpts)
+        seconds = before + time.perf_counter() - t0
         info = {"config": config, "seed": seed, "budget": tag, "seconds": round(seconds, 1)}
         if start is not None:
             info["init_sha256"] = start
@@ -242,6 +248,29 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     run = Run(test, cfg, path, seconds)
     _record(ctx, run, config, seed, tag, start)
     return run
+
+
+def _interrupted(ctx: Context, path: Path, cfg):
+    """The newest intact checkpoint of an interrupted training of this run (PATH.partial/,
+    left by a killed repro), when it was started with the same settings; None otherwise (a
+    partial run of other settings is started again)."""
+    from ..config import Config
+    from ..train.resume import MAY_CHANGE, Checkpoints, config_differences, partial_dir
+
+    part = partial_dir(path)
+    saved = Checkpoints.latest(part) if part.is_dir() else None
+    if saved is None:
+        return None
+    try:
+        old = Config.from_dict(saved.state["config"]).to_dict()
+    except (KeyError, TypeError, ValueError, RnnlensError):
+        old = None
+    changed = (config_differences(old, cfg.to_dict(), {"train": MAY_CHANGE, "data": ("data_dir",)})
+               if old is not None else ["an unreadable config"])
+    if changed:
+        ctx.log(f"{part} holds an interrupted run of other settings ({'; '.join(changed[:3])}): starting again")
+        return None
+    return saved
 
 
 def reevaluate(ctx: Context, path: Path, old: dict) -> dict:

@@ -303,6 +303,39 @@ def test_a_reused_run_lacking_a_metric_is_evaluated_again_not_retrained(tmp_path
         train_or_reuse(ctx, row.config, 0, need="test_closing_error")
 
 
+def test_a_killed_repro_run_continues_from_its_last_checkpoint(tmp_path, monkeypatch):
+    """A repro killed mid-run keeps RUN.partial/ with its checkpoints; the same call again
+    resumes there and ends with the weights and test record of a run never interrupted."""
+    from rnnlens.repro.run import train_or_reuse
+    from rnnlens.train import resume
+
+    row = next(r for r in TABLES["urn-dyck"].rows if r.label.startswith("3-TURN (50"))
+    every = {"train": {"checkpoint_every": 1}}
+    whole = train_or_reuse(Context(out=tmp_path / "a", tiny=True, progress=False, threads=1,
+                                   configs=REPO / "configs"), row.config, 0, overrides=every)
+    real_save, calls = resume.Checkpoints.save, []
+
+    def killed_after_first(self, state, tensors):
+        path = real_save(self, state, tensors)
+        calls.append(path)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(resume.Checkpoints, "save", killed_after_first)
+    logs = []
+    ctx = Context(out=tmp_path / "b", tiny=True, progress=False, threads=1, configs=REPO / "configs")
+    ctx.log = logs.append
+    with pytest.raises(KeyboardInterrupt):
+        train_or_reuse(ctx, row.config, 0, overrides=every)
+    part = resume.partial_dir(tmp_path / "b" / "runs" / whole.path.name)
+    assert part.is_dir() and not part.with_name(whole.path.name).exists() and len(calls) == 1
+    monkeypatch.setattr(resume.Checkpoints, "save", real_save)
+    again = train_or_reuse(ctx, row.config, 0, overrides=every)
+    assert any("resuming from" in line for line in logs)
+    assert not part.exists() and not (again.path / "checkpoints").exists()
+    assert (again.path / "model.safetensors").read_bytes() == (whole.path / "model.safetensors").read_bytes()
+    assert again.test["test_loss"] == pytest.approx(whole.test["test_loss"], rel=1e-6)
+    assert again.test["test_by_attractors"] == whole.test["test_by_attractors"]
+
+
 def test_the_demo_rows_carry_the_full_budget(tmp_path, monkeypatch):
     """Sequence-level Table 1 runs the demo, which has one setting: its rows are labelled full
     (so a passing check reads 'reproduced', not 'within (quick)') whatever --budget says."""
