@@ -318,3 +318,37 @@ def label_macro_f1(gold: list, pred: list) -> float:
     n_gold, n_pred = Counter(gold), Counter(pred)
     labels = set(n_gold) | set(n_pred)
     return sum(_prf(hits[k], n_pred[k], n_gold[k])["f1"] for k in labels) / len(labels)
+
+
+def entity_lookup_baseline(train: list[tuple[list[str], list[str]]],
+                           test: list[tuple[list[str], list[str]]]) -> dict:
+    """The CoNLL shared tasks' baseline tagger, scored as `conll_f1`: tag in each test
+    sentence every token sequence that is an entity of the training data with one type
+    there (an unambiguous entity), longest match first, left to right; everything else O.
+    Needs no training, so it is the floor any tagger that can see the words should clear.
+
+    train, test: (tokens, tags) per sentence, tags in any scheme `get_chunks` reads; the
+    predictions are written in IOBES. -> conll_f1's dict plus "entities" (the lexicon size)."""
+    types: dict[tuple, set] = {}
+    for tokens, tags in train:
+        for typ, s, e in get_chunks(tags):
+            types.setdefault(tuple(tokens[s:e + 1]), set()).add(typ)
+    lexicon = {words: next(iter(ts)) for words, ts in types.items() if len(ts) == 1}
+    longest = max(map(len, lexicon), default=0)
+    pred = []
+    for tokens, _ in test:
+        out, i = ["O"] * len(tokens), 0
+        while i < len(tokens):
+            for n in range(min(longest, len(tokens) - i), 0, -1):
+                typ = lexicon.get(tuple(tokens[i:i + n]))
+                if typ is not None:
+                    out[i:i + n] = ([f"S-{typ}"] if n == 1 else
+                                    [f"B-{typ}"] + [f"I-{typ}"] * (n - 2) + [f"E-{typ}"])
+                    i += n
+                    break
+            else:
+                i += 1
+        pred.append(out)
+    res = conll_f1([list(tags) for _, tags in test], pred)
+    res["entities"] = len(lexicon)
+    return res

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..argtypes import SEED, SIZE
 from ..errors import RnnlensError
 from . import default_configs_dir, get_table, load_tables
-from .pipelines import run_table
+from .pipelines import BASELINES, run_table
 from .records import default_results_dir, write_atomic
 from .run import BUDGETS, Context, missing_data
 
@@ -35,7 +35,7 @@ def list_text(data_dir: Path | None) -> str:
         gone = sorted({d for r in t.rows for d in missing_data(ctx, r)})
         absent = sorted({m for r in t.rows for m in r.extra.get("missing") or []})
         runnable = sum(1 for r in t.rows if (r.config or r.extra.get("base_config") or t.kind == "polarity-table"
-                                             or r.key == "majority_baseline")
+                                             or r.key in BASELINES)
                        and not r.extra.get("missing") and not missing_data(ctx, r))
         out.append(f"{t.id}  ({t.paper}, {t.source}; {len(t.rows)} rows, {runnable} runnable here)")
         out.append(f"    {t.title}")

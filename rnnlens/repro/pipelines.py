@@ -43,8 +43,6 @@ def no_upward_trend(errors: dict) -> bool:
 def dyck_row(ctx: Context, table: Table, row: Row) -> RowResult:
     """Closing-bracket error by number of attractors from the test record; the majority
     baseline row is computed from the data, not trained. Checks: the maximum and the trend."""
-    if row.key == "majority_baseline":
-        return _dyck_majority(ctx, row)
     if row.config is None:
         return RowResult(row, status="no config", note=row.note)
     res = per_seed(ctx, row, lambda run: _errors(run.test["test_by_attractors"]), weights=False)
@@ -73,6 +71,29 @@ def _dyck_majority(ctx: Context, row: Row) -> RowResult:
     base = dyck_majority_baseline(train, test)
     return RowResult(row, values=[base["error"]], budget=f"{len(train):,} / {len(test):,} strings, no training",
                      data_used="dyck (generated)", note=f"always {base['label']!r}")
+
+
+def _ner_lookup(ctx: Context, row: Row) -> RowResult:
+    """The CoNLL shared task's baseline on CoNLL-2003 (metrics.entity_lookup_baseline): the
+    training set's unambiguous entities looked up in the test sentences; nothing trained."""
+    from ..data.datasets import find_file
+    from ..data.semeval_conll import read_conll2003
+    from ..metrics import entity_lookup_baseline
+
+    def read(name):
+        rows = read_conll2003(find_file(ctx.data_dir, f"conll2003/{name}"), scheme="iobes")
+        return rows[:64] if ctx.tiny else rows
+
+    train, test = read("eng.train"), read("eng.testb")
+    base = entity_lookup_baseline(train, test)
+    return RowResult(row, values=[base["f1"] * 100], budget=f"{len(train):,} training sentences, no training",
+                     data_used=f"conll2003 from {ctx.data_dir}",
+                     note=f"{base['entities']:,} unambiguous training entities; precision {base['precision'] * 100:.1f}, "
+                          f"recall {base['recall'] * 100:.1f}")
+
+
+# rows computed from the data alone (a row's "key"), whatever the table's kind
+BASELINES = {"majority_baseline": _dyck_majority, "ner_lookup_baseline": _ner_lookup}
 
 
 @kind("crossserial-by-length")
@@ -328,6 +349,8 @@ def _faithfulness_checks(v: dict, ratio: float) -> list[tuple]:
 def run_row(ctx: Context, table: Table, row: Row) -> RowResult:
     if row.extra.get("missing"):
         return RowResult(row, status="missing data", note="missing: " + "; ".join(row.extra["missing"]))
+    if row.key in BASELINES:
+        return BASELINES[row.key](ctx, row)
     if row.config is None and not row.extra.get("base_config") and table.kind == "train":
         return RowResult(row, status="no config", note=row.note)
     gone = missing_data(ctx, row)

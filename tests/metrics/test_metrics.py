@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from rnnlens.metrics import conll_f1, get_chunks, perplexity, semeval_macro_f1
+from rnnlens.metrics import conll_f1, entity_lookup_baseline, get_chunks, perplexity, semeval_macro_f1
 
 
 # -- get_chunks ----------------------------------------------------------------------------
@@ -195,3 +195,20 @@ def test_label_macro_f1_by_hand_and_against_scikit_learn():
     assert label_macro_f1(g, p) == pytest.approx(sklearn.f1_score(g, p, average="macro"))
     with pytest.raises(ValueError):
         label_macro_f1(["A"], [])
+
+
+def test_entity_lookup_baseline_hand_worked():
+    """Training entities of one type are looked up, longest first; an entity seen with two
+    types (Jordan) is left out, and a token of a longer entity (John) is not one alone."""
+    train = [(["John", "Smith", "visited", "New", "York"], ["B-PER", "I-PER", "O", "B-LOC", "I-LOC"]),
+             (["Paris", "and", "Jordan"], ["B-LOC", "O", "B-PER"]),
+             (["Jordan", "won"], ["B-LOC", "O"]),
+             (["New", "York", "Times"], ["B-ORG", "I-ORG", "I-ORG"])]
+    test = [(["New", "York", "and", "John", "Smith", "met", "Jordan", "in", "Paris", "John"],
+             ["B-LOC", "E-LOC", "O", "B-PER", "E-PER", "O", "S-PER", "O", "S-LOC", "S-PER"]),
+            (["the", "New", "York", "Times"], ["O", "B-ORG", "I-ORG", "E-ORG"])]
+    res = entity_lookup_baseline(train, test)
+    assert res["entities"] == 4
+    assert (res["correct"], res["predicted"], res["gold"]) == (4, 4, 6)
+    assert res["precision"] == 1.0 and math.isclose(res["f1"], 0.8)
+    assert entity_lookup_baseline([], test)["f1"] == 0.0

@@ -10,7 +10,7 @@ from tests.support import REPO, shared_data_dir
 from rnnlens.cli import main
 from rnnlens.repro import Row, Table, load_tables
 from rnnlens.repro.render import lines_of, markdown, to_html
-from rnnlens.repro.pipelines import no_upward_trend, run_table
+from rnnlens.repro.pipelines import BASELINES, no_upward_trend, run_table
 from rnnlens.repro.run import ABOVE, Context, RowResult, within
 
 TABLES = load_tables()
@@ -113,7 +113,7 @@ def _first_runnable(t, data):
         if r.extra.get("missing") or missing_data(ctx, r):
             continue
         if r.config or r.extra.get("base_config") or (t.kind not in ("train", "completion") and
-                                                      (r.key == "majority_baseline" or t.kind == "polarity-table")):
+                                                      (r.key in BASELINES or t.kind == "polarity-table")):
             return r
     return None
 
