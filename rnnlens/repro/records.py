@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 RUNS, TABLES = "runs", "tables"
+CAUSES = "notes/causes.json"   # {table: {row label: why the row is outside its tolerance}}
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -173,3 +174,22 @@ def read_tables(results: Path) -> dict[str, dict]:
         if isinstance(rec, dict) and "table" in rec:
             out[rec["table"]] = rec
     return out
+
+
+def read_causes(results: Path) -> dict[str, dict[str, str]]:
+    """results/notes/causes.json: for each table, the cause of each row that lands outside its
+    tolerance (missed, or above the paper), in a line that cites the evidence (a note's
+    section, run records). {} when there is none; RnnlensError when it is not that shape."""
+    from ..errors import RnnlensError
+
+    path = results / CAUSES
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise RnnlensError(f"{path}: not JSON ({e})") from None
+    if not (isinstance(data, dict) and all(isinstance(v, dict) and all(isinstance(c, str) for c in v.values())
+                                           for v in data.values())):
+        raise RnnlensError(f"{path}: expected {{table: {{row label: cause}}}} with text causes")
+    return data

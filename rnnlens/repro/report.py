@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import Row, Table, load_tables
-from .records import RUNS, read_run, read_tables
+from .records import RUNS, read_causes, read_run, read_tables
 from .render import format_ours, format_value, lines_of
 from .run import ABOVE, RowResult
 
@@ -94,8 +94,16 @@ def _tolerance_text(table: Table) -> str:
     return text or "none set"
 
 
-def table_markdown(table: Table, rec: dict, results_dir: Path) -> tuple[str, list[str]]:
-    """(the table's section, the verdict of each of its result rows)."""
+OUTSIDE = ("missed", "above")
+
+
+def table_markdown(table: Table, rec: dict, results_dir: Path,
+                   causes: dict[str, str] | None = None) -> tuple[str, list[str], int]:
+    """(the table's section, the verdict of each of its result lines, how many of the lines
+    outside the tolerance have a cause named). causes: {row label: cause} (read_causes), put
+    in the note of each line outside its tolerance; a row within has none shown."""
+    causes = causes or {}
+    named = 0
     results = table_results(table, rec)
     budget_of = {r.row.label: r.budget_name for r in results}
     out = [f"### {table.id}: {table.title}", ""]
@@ -124,41 +132,51 @@ def table_markdown(table: Table, rec: dict, results_dir: Path) -> tuple[str, lis
             budget = f"{bname}: {budget}" if bname and budget else (budget or bname)
             runs = ", ".join(f"`{n}`" if read_run(results_dir, n) is not None else f"`{n}` (no record)"
                              for n in res.runs)
+        note = line["note"]
+        if v in OUTSIDE and causes.get(res.row.label):
+            named += 1
+            note = f"**why:** {causes[res.row.label]}" + (f"; {note}" if note else "")
         cells = [line["label"], line["dataset"], format_value(line["paper"], line["digits"]), format_ours(line),
-                 format_value(line["diff"], line["digits"]), VERDICT[v], budget, line["data"], runs, line["note"]]
+                 format_value(line["diff"], line["digits"]), VERDICT[v], budget, line["data"], runs, note]
         out.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
     for what, ours, ok in ordering_checks(table, results):
         v = "reproduced" if ok and all(budget_of.get(x) == "full" for x in what.split(" < ")) else \
             ("within-quick" if ok else ("missed" if ok is False else ""))
         verdicts.append(v)
-        out.append(f"| ordering: {what} | | | {ours} | | {VERDICT[v]} | | | | the paper's ordering |")
+        why = causes.get(f"ordering: {what}") if v in OUTSIDE else None
+        named += bool(why)
+        note = f"**why:** {why}; the paper's ordering" if why else "the paper's ordering"
+        out.append(f"| ordering: {what} | | | {ours} | | {VERDICT[v]} | | | | {note} |")
     note = results_dir / "notes" / f"{table.id}.md"
     if note.is_file():
         out += ["", note.read_text(encoding="utf-8").strip()]
-    return "\n".join(out) + "\n", verdicts
+    return "\n".join(out) + "\n", verdicts, named
 
 
 def render(results_dir: Path) -> str:
     """REPRODUCTION.md from results_dir (see the module docstring)."""
     tables = load_tables()
     recs = read_tables(results_dir)
+    causes = read_causes(results_dir)
     sections: dict[str, list[str]] = {}
     summary = []
     for tid, table in tables.items():
         if tid not in recs:
             continue
-        text, verdicts = table_markdown(table, recs[tid], results_dir)
+        text, verdicts, named = table_markdown(table, recs[tid], results_dir, causes.get(tid))
         sections.setdefault(table.paper, []).append(text)
         count = {k: verdicts.count(k) for k in ("reproduced", "within-quick", "missed", "above")}
         shown = sum(1 for r in recs[tid].get("rows") or [] if r.get("status") == "ok")
         summary.append(f"| {tid} | {shown} of {len(table.rows)} | {count['reproduced']} | {count['within-quick']} | "
-                       f"{count['missed']} | {count['above']} |")
+                       f"{count['missed']} | {count['above']} | {named} of {count['missed'] + count['above']} |")
     runs = sorted(p.name for p in (results_dir / RUNS).iterdir()) if (results_dir / RUNS).is_dir() else []
     out = [INTRO, "## Summary", "",
            f"{len(recs)} tables with results, from {len(runs)} recorded runs. Counts are of result lines "
-           "(a row with numbers per attractor count or per length has one line each) and stated orderings.", "",
-           "| table | rows with results | reproduced | within (quick) | missed | above the paper |",
-           "|---|---|---|---|---|---|", *summary, ""]
+           "(a row with numbers per attractor count or per length has one line each) and stated orderings. "
+           "A line outside its tolerance (missed, or above the paper) says why in its note where the cause "
+           "is known (results/notes/causes.json, citing the evidence); the last column counts those.", "",
+           "| table | rows with results | reproduced | within (quick) | missed | above the paper | why named |",
+           "|---|---|---|---|---|---|---|", *summary, ""]
     for paper, texts in sections.items():
         out += [f"## {PAPERS.get(paper, paper)}", ""]
         for t in texts:

@@ -96,8 +96,8 @@ def test_verdicts_quick_is_never_reproduced_and_far_above_is_flagged(tmp_path):
               {"key": "test_accuracy", "higher_is_better": True, "unit": "%"}, {"abs": 1.5},
               [Row("A", 85.0), Row("B", 85.0), Row("C", 85.0), Row("D", 85.0)])
     rec = _record([_row("A", [84.0]), _row("B", [84.0], "quick"), _row("C", [80.0]), _row("D", [90.0], runs=["r1"])])
-    text, verdicts = table_markdown(t, rec, tmp_path)
-    assert verdicts == ["reproduced", "within-quick", "missed", "above"]
+    text, verdicts, named = table_markdown(t, rec, tmp_path)
+    assert verdicts == ["reproduced", "within-quick", "missed", "above"] and named == 0
     assert "| A |" in text and "reproduced" in text and "within (quick)" in text and "above the paper" in text
     assert "full: 15 epochs max" in text and "quick: 15 epochs max" in text
     assert "`r1` (no record)" in text                  # a row naming a run without its record says so
@@ -107,10 +107,60 @@ def test_orderings_are_checked(tmp_path):
     t = Table("t", "recurrent-memory-networks", "Table 2", "title", "train", "",
               {"key": "test_ppl", "higher_is_better": False}, {"rel": 0.1, "order": [["RM", "<", "LSTM"]]},
               [Row("RM", 123.5), Row("LSTM", 126.1)])
-    text, verdicts = table_markdown(t, _record([_row("RM", [130.0]), _row("LSTM", [128.0])]), tmp_path)
+    text, verdicts, _ = table_markdown(t, _record([_row("RM", [130.0]), _row("LSTM", [128.0])]), tmp_path)
     assert "ordering: RM < LSTM" in text and verdicts[-1] == "missed"
-    text, verdicts = table_markdown(t, _record([_row("RM", [120.0]), _row("LSTM", [128.0])]), tmp_path)
+    text, verdicts, named = table_markdown(t, _record([_row("RM", [130.0]), _row("LSTM", [128.0])]), tmp_path,
+                                           {"ordering: RM < LSTM": "one seed at a quick budget"})
+    assert "**why:** one seed at a quick budget" in text and named == 1
+    text, verdicts, _ = table_markdown(t, _record([_row("RM", [120.0]), _row("LSTM", [128.0])]), tmp_path)
     assert verdicts[-1] == "reproduced"
+
+
+def test_causes_are_shown_only_where_a_line_is_outside_and_counted(tmp_path, monkeypatch):
+    """A row's named cause goes into the note of its lines outside the tolerance (missed or
+    above), not of a line within; the summary counts the lines outside that have one."""
+    t = Table("t", "implicit-ngrams-induced-by-recurrence", "Table 3", "title", "train", "",
+              {"key": "test_accuracy", "higher_is_better": True, "unit": "%"}, {"abs": 1.5},
+              [Row("A", 85.0), Row("C", 85.0), Row("D", 85.0)])
+    rec = _record([_row("A", [84.0]), _row("C", [80.0]), _row("D", [90.0])])
+    causes = {"A": "never shown", "C": "no GloVe vectors (see the note)"}
+    text, verdicts, named = table_markdown(t, rec, tmp_path, causes)
+    assert named == 1 and "never shown" not in text
+    assert "**why:** no GloVe vectors (see the note)" in text
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "t.json").write_text(json.dumps(rec))
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "causes.json").write_text(json.dumps({"t": causes}))
+    import rnnlens.repro.report as report
+
+    monkeypatch.setattr(report, "load_tables", lambda: {"t": t})
+    out = render(tmp_path)
+    assert "| t | 3 of 3 | 1 | 0 | 1 | 1 | 1 of 2 |" in out
+
+
+def test_a_malformed_causes_file_is_one_clear_error(tmp_path):
+    from rnnlens.errors import RnnlensError
+    from rnnlens.repro.records import read_causes
+
+    assert read_causes(tmp_path) == {}
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "causes.json").write_text('{"t": ["a list"]}')
+    with pytest.raises(RnnlensError, match="causes.json"):
+        read_causes(tmp_path)
+
+
+def test_every_committed_cause_names_a_row_of_its_table():
+    """A cause keyed by a label the table does not have (a typo, a renamed row) would never
+    show: every key of results/notes/causes.json is a row (or a stated ordering) of its table."""
+    from rnnlens.repro.records import read_causes
+
+    tables = load_tables()
+    for tid, causes in read_causes(REPO / "results").items():
+        assert tid in tables, tid
+        t = tables[tid]
+        orders = {f"ordering: {a} {op} {b}" for a, op, b in (t.tolerance or {}).get("order") or []}
+        for label in causes:
+            assert label in {r.label for r in t.rows} | orders, (tid, label)
 
 
 def test_render_is_deterministic_and_reads_only_records(tmp_path):
