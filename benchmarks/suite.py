@@ -226,7 +226,7 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
                                           "cells": [c for c in (*BOUND_CELLS, *WORD_MATRIX) if c in cells]}},
             {"kind": "bounds", "params": {**common, "length": s["long"], "cells": [c for c in LONG_TARGETS if c in cells]}}]
     if "urn" in parts:
-        plan["urn"] = [{"kind": "urn", "params": s["urn"]}]
+        plan["urn"] = [{"kind": "urn", "params": {**s["urn"], "ref_size": s["size"]}}]
     if "lm" in parts:
         from .lm import KINDS
 
@@ -414,6 +414,7 @@ def targets(res: dict) -> list[tuple[str, str, str, str, str]]:
                     OTHER_TARGET, key=(st["length"], name))
     if "urn" in res:
         u, lstm = res["urn"], speed.get("torch.nn.LSTM")
+        lstm = u.get("torch.nn.LSTM") or lstm       # timed in turns with the URN, else the table's
         value = u["urn"]["tokens_per_s"] / lstm["tokens_per_s"] if "error" not in u and lstm else None
         add(f"URN ({st['urn']['hidden']} units) tokens/s / torch.nn.LSTM (hidden {st['size']})", value, URN_TARGET)
     if "lm" in res:
@@ -538,9 +539,14 @@ def report(res: dict, quick: bool, device: str, threads: int, started: str, seco
                       f"| URN {u['hidden']} units | {u['urn']['tokens_per_s']:,.0f} | "
                       f"{u['urn']['min']:,.0f}..{u['urn']['max']:,.0f} |",
                       f"| torch.nn.LSTM {u['hidden']} units (cell alone) | {u['lstm_same_width']['tokens_per_s']:,.0f} | "
-                      f"{u['lstm_same_width']['min']:,.0f}..{u['lstm_same_width']['max']:,.0f} |", "",
+                      f"{u['lstm_same_width']['min']:,.0f}..{u['lstm_same_width']['max']:,.0f} |",
+                      *([f"| torch.nn.LSTM {u['ref_size']} units (cell alone, the target's reference) | "
+                         f"{u['torch.nn.LSTM']['tokens_per_s']:,.0f} | "
+                         f"{u['torch.nn.LSTM']['min']:,.0f}..{u['torch.nn.LSTM']['max']:,.0f} |"]
+                        if u.get("torch.nn.LSTM") else []), "",
                       f"URN / torch.nn.LSTM of its width: {u['urn']['tokens_per_s'] / u['lstm_same_width']['tokens_per_s']:.2f}x "
-                      f"(the target row compares it with torch.nn.LSTM at hidden {st['size']}, the table's setting).", ""]
+                      f"(the target row compares it with torch.nn.LSTM at hidden {st['size']}, the table's setting"
+                      + (", timed in turns with it, one pass each per round)." if u.get("torch.nn.LSTM") else ")."), ""]
     if "lm" in res:
         lines += ["## RM(+tM-g) against an LSTM language model", "",
                   f"benchmarks/lm.py: one training step (forward, loss, backward, SGD) of a sentence-level LM, "

@@ -94,13 +94,16 @@ def one_pass(model: Model, tokens: torch.Tensor, optimizer: torch.optim.Optimize
 
 
 def speed(batch_size: int = 32, length: int = 35, hidden: int = 50, repeats: int = 5, warmup: int = 2,
-          device: str = "cpu") -> dict:
+          device: str = "cpu", ref_size: int | None = None) -> dict:
     """Training tokens/s of the URN on Dyck strings at the suite's setting (the suite's "URN (50
     units)"): `length` input positions (the strings cut to length + 1 tokens, start symbol
     first) x `batch_size` rows, the Model above in train mode (per-word exponentials, dropout
     off), forward + loss + backward; the median of `repeats` after `warmup` passes. Beside it,
     torch.nn.LSTM of the URN's width (hidden, input = hidden) on random x of the same shape,
-    cell alone as benchmarks/cells.py times it. Returns a dict (tokens/s, min..max, distinct
+    cell alone as benchmarks/cells.py times it; with `ref_size`, also torch.nn.LSTM at that
+    size (input and hidden, x [batch, length, ref_size]: the suite's cell-table setting), the
+    reference of the URN target. The models take turns, one pass each per round, so a drift
+    in the machine's speed reaches them alike. Returns a dict (tokens/s, min..max, distinct
     words)."""
     torch.manual_seed(0)
     dev = torch.device(device)
@@ -119,20 +122,32 @@ def speed(batch_size: int = 32, length: int = 35, hidden: int = 50, repeats: int
         x.grad = None
         lstm(x)[0].sum().backward()
 
+    passes = {"urn": urn_pass, "lstm_same_width": lstm_pass}
+    if ref_size:
+        ref = nn.LSTM(ref_size, ref_size, batch_first=True).to(dev).train()
+        x_ref = torch.randn(batch_size, length, ref_size, device=dev, requires_grad=True)
+
+        def ref_pass():
+            ref.zero_grad(set_to_none=True)
+            x_ref.grad = None
+            ref(x_ref)[0].sum().backward()
+        passes["torch.nn.LSTM"] = ref_pass
     out = {"distinct": int(torch.unique(tokens[:, :-1]).numel()), "batch": batch_size, "length": length,
-           "hidden": hidden}
-    for name, fn in (("urn", urn_pass), ("lstm_same_width", lstm_pass)):
+           "hidden": hidden, "ref_size": ref_size}
+    for fn in passes.values():
         for _ in range(warmup):
             fn()
-        tps = []
-        for _ in range(repeats):
+    tps: dict[str, list[float]] = {name: [] for name in passes}
+    for _ in range(repeats):
+        for name, fn in passes.items():
             sync()
             t0 = time.perf_counter()
             fn()
             sync()
-            tps.append(batch_size * length / (time.perf_counter() - t0))
-        tps.sort()
-        out[name] = {"tokens_per_s": statistics.median(tps), "min": tps[0], "max": tps[-1]}
+            tps[name].append(batch_size * length / (time.perf_counter() - t0))
+    for name, xs in tps.items():
+        xs.sort()
+        out[name] = {"tokens_per_s": statistics.median(xs), "min": xs[0], "max": xs[-1]}
     return out
 
 

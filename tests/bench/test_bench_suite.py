@@ -120,3 +120,23 @@ def test_each_cell_is_compared_with_the_reference_timed_next_to_it(suite):
     res = {"settings": suite.settings(False), "speed": rows}
     got = {r[0]: r[1] for r in suite.targets(res)}
     assert got["c4 tokens/s / torch.nn.LSTM, length 35"] == "1.85x"   # 240 / 130, not 240 / 100
+
+
+def test_the_urn_target_reads_the_reference_timed_in_turns_with_it(suite):
+    """The URN's ratio is against the torch.nn.LSTM its own job timed beside it (ref_size),
+    not the cell table's run minutes away; without one, the table's is the fallback."""
+    urn = {"urn": {"tokens_per_s": 90.0}, "lstm_same_width": {"tokens_per_s": 500.0}}
+    res = {"settings": suite.settings(False), "speed": [{"cell": "torch.nn.LSTM", "tokens_per_s": 200.0}],
+           "urn": {**urn, "torch.nn.LSTM": {"tokens_per_s": 100.0}}}
+    label = "URN (50 units) tokens/s / torch.nn.LSTM (hidden 256)"
+    assert {r[0]: r[1] for r in suite.targets(res)}[label] == "0.90x"
+    res["urn"] = urn
+    assert {r[0]: r[1] for r in suite.targets(res)}[label] == "0.45x"
+
+
+def test_urn_speed_times_the_reference_of_the_table_setting(suite):
+    from benchmarks import urn              # importable while the suite fixture holds the path
+
+    out = urn.speed(batch_size=2, length=4, hidden=6, repeats=2, warmup=0, ref_size=8)
+    assert out["ref_size"] == 8 and out["torch.nn.LSTM"]["tokens_per_s"] > 0 and out["urn"]["tokens_per_s"] > 0
+    assert "torch.nn.LSTM" not in urn.speed(batch_size=2, length=4, hidden=6, repeats=1, warmup=0)
