@@ -151,18 +151,23 @@ def _command_text(args) -> str:
 
 
 def _render(args) -> int:
-    from .report import render
+    import os
+
+    from .report import FIGURES, render, write_figures
 
     results = Path(args.results) if args.results else default_results_dir()
     if results is None or not results.is_dir():
         raise RnnlensError(f"--render needs the records folder: --results DIR ({results or 'no checkout here'} "
                            "is not a folder)")
-    text = render(results)
-    if args.out:
-        write_atomic(Path(args.out), text)
-        print(f"wrote {args.out}")
-    else:
-        print(text, end="")
+    if not args.out:
+        print(render(results, figures=None), end="")
+        return 0
+    out = Path(args.out)
+    href = Path(os.path.relpath(results.resolve() / FIGURES, out.resolve().parent))
+    text = render(results, figures=href.as_posix())
+    written = write_figures(results, results / FIGURES)
+    write_atomic(out, text)
+    print(f"wrote {args.out} and {len(written)} figures in {results / FIGURES}")
     return 0
 
 

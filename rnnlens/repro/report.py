@@ -95,10 +95,74 @@ def _tolerance_text(table: Table) -> str:
 
 
 OUTSIDE = ("missed", "above")
+FIGURES = "figures"            # results/figures/<table>.png, drawn by write_figures
+
+
+def _numeric(key) -> bool:
+    try:
+        float(key)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def figure_data(table: Table, results: list[RowResult]) -> dict | None:
+    """What the table's figure draws, from its recorded rows: {"kind": "gap", "rows": [...],
+    "band", "relative"} for the lines with both the paper's number and ours; {"kind":
+    "curves", "series", "bound", "xlabel"} for rows valued per attractor count or length;
+    None when there is neither."""
+    from .run import mean_std, tolerance_for
+
+    series, bound = {}, None
+    for r in results:
+        dicts = [v for v in r.values if isinstance(v, dict)]
+        if r.status != "ok" or not dicts or not all(_numeric(k) for d in dicts for k in d):
+            continue
+        keys = sorted({k for d in dicts for k in d}, key=float)
+        series[r.row.label] = {k: mean_std([d[k] for d in dicts if d.get(k) is not None])[0] for k in keys}
+        bound = tolerance_for(table, r.row).get("max", bound)
+    if series:
+        xlabel = "attractors" if "attractor" in table.kind else ("length" if "length" in table.kind else "")
+        return {"kind": "curves", "series": series, "bound": bound, "xlabel": xlabel}
+    budget_of = {id(r): r.budget_name for r in results}
+    rows = [{"label": line["label"], "diff": line["diff"], "std": line["std"], "paper": line["paper"],
+             "verdict": _verdict(line["ok"], budget_of[line["row_id"]])}
+            for line in lines_of(table, results) if line["diff"] is not None]
+    if not rows:
+        return None
+    tol = table.tolerance or {}
+    relative = tol.get("rel") is not None
+    band = tol["rel"] * 100 if relative else tol.get("abs")
+    return {"kind": "gap", "rows": rows, "band": band, "relative": relative}
+
+
+def write_figures(results_dir: Path, out_dir: Path) -> list[Path]:
+    """Draw each recorded table's figure (figure_data) into out_dir/<table>.png."""
+    from ..viz.repro_plots import curve_plot, gap_plot
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    recs = read_tables(results_dir)
+    for tid, table in load_tables().items():
+        if tid not in recs:
+            continue
+        data = figure_data(table, table_results(table, recs[tid]))
+        if data is None:
+            continue
+        path = out_dir / f"{tid}.png"
+        title = f"{tid}: ours against the paper"
+        if data["kind"] == "gap":
+            gap_plot(data["rows"], path, title, band=data["band"], relative=data["relative"])
+        else:
+            m = table.metric
+            curve_plot(data["series"], path, f"{tid}: {m.get('name', '')}", xlabel=data["xlabel"],
+                       ylabel=m.get("name", ""), bound=data["bound"])
+        written.append(path)
+    return written
 
 
 def table_markdown(table: Table, rec: dict, results_dir: Path,
-                   causes: dict[str, str] | None = None) -> tuple[str, list[str], int]:
+                   causes: dict[str, str] | None = None, figures: str | None = None) -> tuple[str, list[str], int]:
     """(the table's section, the verdict of each of its result lines, how many of the lines
     outside the tolerance have a cause named). causes: {row label: cause} (read_causes), put
     in the note of each line outside its tolerance; a row within has none shown."""
@@ -115,6 +179,8 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
             f"- tolerance: {_tolerance_text(table)}"]
     if table.pipeline:
         out.append(f"- pipeline: {table.pipeline}")
+    if figures is not None and figure_data(table, results) is not None:
+        out += ["", f"![{table.id}: ours against the paper]({figures}/{table.id}.png)"]
     out += ["", "| row | dataset | paper | ours | ours - paper | verdict | budget | data used | runs | note |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     verdicts = []
@@ -153,8 +219,9 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
     return "\n".join(out) + "\n", verdicts, named
 
 
-def render(results_dir: Path) -> str:
-    """REPRODUCTION.md from results_dir (see the module docstring)."""
+def render(results_dir: Path, figures: str | None = "results/figures") -> str:
+    """REPRODUCTION.md from results_dir (see the module docstring). figures: the link to the
+    folder write_figures draws into, relative to where the file is written (None: no figures)."""
     tables = load_tables()
     recs = read_tables(results_dir)
     causes = read_causes(results_dir)
@@ -163,7 +230,7 @@ def render(results_dir: Path) -> str:
     for tid, table in tables.items():
         if tid not in recs:
             continue
-        text, verdicts, named = table_markdown(table, recs[tid], results_dir, causes.get(tid))
+        text, verdicts, named = table_markdown(table, recs[tid], results_dir, causes.get(tid), figures)
         sections.setdefault(table.paper, []).append(text)
         count = {k: verdicts.count(k) for k in ("reproduced", "within-quick", "missed", "above")}
         shown = sum(1 for r in recs[tid].get("rows") or [] if r.get("status") == "ok")

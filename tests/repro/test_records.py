@@ -197,3 +197,37 @@ def test_every_number_has_a_record():
             if row["status"] == "ok" and row["runs"]:
                 for name in row["runs"]:
                     assert read_run(results, name) is not None, f"{tid} / {row['label']}: no record of {name}"
+
+
+def test_figures_draw_the_gap_to_the_paper_and_the_curves(tmp_path, monkeypatch):
+    """A table of single numbers gets a dot per line at ours - paper (relative for a
+    perplexity tolerance), coloured by verdict; a table valued per attractor count gets its
+    curves and bound. `--render --out` writes the PNGs and links them from the file."""
+    import rnnlens.repro.report as report
+    from rnnlens.repro.report import figure_data
+
+    t = Table("t", "implicit-ngrams-induced-by-recurrence", "Table 3", "title", "train", "",
+              {"key": "test_accuracy", "higher_is_better": True, "unit": "%"}, {"abs": 1.5},
+              [Row("A", 85.0), Row("C", 85.0)])
+    rec = _record([_row("A", [84.0, 86.0]), _row("C", [80.0])])
+    data = figure_data(t, report.table_results(t, rec))
+    assert data["kind"] == "gap" and data["band"] == 1.5 and not data["relative"]
+    assert [(r["label"], r["diff"], r["verdict"]) for r in data["rows"]] == [("A", 0.0, "reproduced"), ("C", -5.0, "missed")]
+    assert data["rows"][0]["std"] > 0
+    d = Table("d", "unitary-recurrent-networks", "Fig", "title", "dyck-by-attractors", "",
+              {"key": "err", "name": "error"}, {"max": 0.1}, [Row("URN", None)])
+    rec_d = {"table": "d", "rows": [_row("URN", [{"0": 0.2, "1": 0.1, "10": 0.0}])]}
+    data = figure_data(d, report.table_results(d, rec_d))
+    assert data == {"kind": "curves", "series": {"URN": {"0": 0.2, "1": 0.1, "10": 0.0}}, "bound": 0.1,
+                    "xlabel": "attractors"}
+    results = tmp_path / "results"
+    (results / "tables").mkdir(parents=True)
+    (results / "tables" / "t.json").write_text(json.dumps(rec))
+    (results / "tables" / "d.json").write_text(json.dumps(rec_d))
+    monkeypatch.setattr(report, "load_tables", lambda: {"t": t, "d": d})
+    assert main(["repro", "--render", "--results", str(results), "--out", str(tmp_path / "R.md")]) == 0
+    text = (tmp_path / "R.md").read_text()
+    for tid in ("t", "d"):
+        assert f"](results/figures/{tid}.png)" in text
+        assert (results / "figures" / f"{tid}.png").read_bytes()[:4] == b"\x89PNG"
+    assert "figures/" not in report.render(results, figures=None)
