@@ -137,7 +137,8 @@ def figure_data(table: Table, results: list[RowResult]) -> dict | None:
 
 
 def write_figures(results_dir: Path, out_dir: Path) -> list[Path]:
-    """Draw each recorded table's figure (figure_data) into out_dir/<table>.png."""
+    """Draw each recorded table's figure (figure_data) into out_dir/<table>.png, and remove the
+    figure of a table that has none now."""
     from ..viz.repro_plots import curve_plot, gap_plot
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -158,6 +159,9 @@ def write_figures(results_dir: Path, out_dir: Path) -> list[Path]:
             curve_plot(data["series"], path, f"{tid}: {m.get('name', '')}", xlabel=data["xlabel"],
                        ylabel=m.get("name", ""), bound=data["bound"])
         written.append(path)
+    for stale in out_dir.glob("*.png"):          # a table that no longer has a figure
+        if stale not in written and stale.stem in load_tables():
+            stale.unlink()
     return written
 
 
