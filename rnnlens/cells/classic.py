@@ -21,12 +21,21 @@ from torch import nn
 
 from ..errors import RnnlensError
 from ..ops.affine import lstm_scan
+from ..ops.fused_rnn import rnn_by_length
 from ..ops.linear import linear
 from ..ops.precision import autocast_dtype, full_precision, no_autocast
 from .base import Cell, LinearView, StructuredView, hold_at_pads
 from .gru_terms import gru_view_terms
 from .local import previous_states, with_true_inputs
 from .lstm_terms import lstm_view_terms
+
+
+# Right-padded rows longer than this run as segments between their distinct lengths, each
+# through the unpacked fused kernel (ops.fused_rnn.rnn_by_length), not as one packed sequence: ATen's packed
+# RNN slices its input at every step, and each slice's backward fills a tensor of the whole
+# input, so a packed backward costs O(T^2) (2.7x the unmasked pass at T = 300, growing with T).
+PACKED_MAX_LENGTH = 64
+
 
 
 class _Classic(Cell):
@@ -153,6 +162,9 @@ class _Classic(Cell):
             if lengths is None:
                 res = kernel(x, hx, weights, True, 1, 0.0, self.training, False, True)
                 out = res[0]
+            elif T > PACKED_MAX_LENGTH:
+                out, res = rnn_by_length(kernel, x, hx, weights, lengths, self.training, lstm)
+                out = hold_at_pads(out, mask)
             else:
                 packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
                 order, back = packed.sorted_indices, packed.unsorted_indices

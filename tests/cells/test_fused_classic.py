@@ -12,10 +12,10 @@ from rnnlens.cells.classic import CLASSIC
 E, H = 5, 4
 
 
-def inputs(state_size, grad=True):
+def inputs(state_size, grad=True, lengths=(7, 3, 1, 5)):
     torch.manual_seed(0)
     x = torch.randn(4, 7, E, dtype=torch.float64, requires_grad=grad)
-    lengths = torch.tensor([7, 3, 1, 5])
+    lengths = torch.tensor(lengths)
     mask = torch.arange(7)[None] < lengths[:, None]
     s0 = (torch.randn(4, state_size, dtype=torch.float64) * 0.5).requires_grad_(grad)
     return x, mask, s0
@@ -39,12 +39,20 @@ def no_loop(cell, monkeypatch):
 
 
 @pytest.mark.parametrize("name", list(CLASSIC))
-@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("masked", [False, True, "equal"])
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("start", [False, True])
-def test_fused_forward_equals_the_step_loop_with_all_gradients(name, masked, training, start, monkeypatch):
+@pytest.mark.parametrize("by_length", [False, True])
+def test_fused_forward_equals_the_step_loop_with_all_gradients(name, masked, training, start, by_length,
+                                                               monkeypatch):
+    """by_length: right-padded rows as segments between their lengths (what rows longer than
+    PACKED_MAX_LENGTH take) instead of one packed sequence; "equal": rows of equal lengths,
+    some shorter than the batch, and columns no row reaches."""
+    import rnnlens.cells.classic as classic
+
+    monkeypatch.setattr(classic, "PACKED_MAX_LENGTH", 0 if by_length else 10**9)
     cell = make(name).train(training)
-    x, mask, s0 = inputs(cell.state_size)
+    x, mask, s0 = inputs(cell.state_size, lengths=(5, 5, 2, 5) if masked == "equal" else (7, 3, 1, 5))
     m = mask if masked else None
     s = s0 if start else None
     ref, ref_final = cell.forward_ref(x, m, s)
@@ -93,3 +101,27 @@ def test_what_the_kernel_cannot_do_takes_the_loop(name):
     torch.manual_seed(5)
     b, _ = cell(x)
     assert max_diff(a, b) == 0 and not torch.allclose(a, cell.eval()(x)[0])
+
+
+@pytest.mark.parametrize("name", list(CLASSIC))
+def test_long_right_padded_rows_run_by_length_and_match_the_loop(name, monkeypatch):
+    """Rows longer than PACKED_MAX_LENGTH run as segments between their lengths (not packed,
+    whose backward grows as T^2): the kernel alone, and the loop's values and gradients."""
+    from rnnlens.cells.classic import PACKED_MAX_LENGTH
+
+    cell = make(name).train()
+    torch.manual_seed(3)
+    T = PACKED_MAX_LENGTH + 9
+    x = torch.randn(5, T, E, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([T, 3, T - 4, 1, T - 4])
+    mask = torch.arange(T)[None] < lengths[:, None]
+    ref, ref_final = cell.forward_ref(x, mask)
+    no_loop(cell, monkeypatch)
+    import torch.nn.utils.rnn as rnn
+
+    monkeypatch.setattr(rnn, "pack_padded_sequence", lambda *a, **k: pytest.fail("packed"))
+    out, final = cell(x, mask)
+    assert max_diff(out, ref) < 1e-12 and max_diff(final, ref_final) < 1e-12
+    g = torch.autograd.grad(out.sum() + final.sum(), [x, *cell.parameters()])
+    g_ref = torch.autograd.grad(ref.sum() + ref_final.sum(), [x, *cell.parameters()])
+    assert all(max_diff(a, b) < 1e-11 for a, b in zip(g, g_ref))
