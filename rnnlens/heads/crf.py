@@ -155,10 +155,11 @@ class LinearChainCRF(nn.Module):
         dtype = self._dtype(emissions)
         emissions, mask = emissions.to(dtype), mask.bool()
         trans, start, end = self._params(dtype)
-        alpha = start + emissions[:, 0]                                  # [B,K]
+        steps = emissions.unbind(1)      # not emissions[:, t]: T selects' backward is T zero-filled [B,T,K]
+        alpha = start + steps[0]                                         # [B,K]
         for t in range(1, emissions.shape[1]):
             # nxt[b, j] = logsumexp_i alpha[b, i] + trans[i, j], plus the emission of j
-            nxt = torch.logsumexp(alpha[:, :, None] + trans, dim=1) + emissions[:, t]
+            nxt = torch.logsumexp(alpha[:, :, None] + trans, dim=1) + steps[t]
             alpha = torch.where(mask[:, t, None], nxt, alpha)           # the pad keeps alpha
         return torch.logsumexp(alpha + end, dim=1)
 
