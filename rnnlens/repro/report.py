@@ -133,7 +133,9 @@ def figure_data(table: Table, results: list[RowResult]) -> dict | None:
     tol = table.tolerance or {}
     relative = tol.get("rel") is not None
     band = tol["rel"] * 100 if relative else tol.get("abs")
-    return {"kind": "gap", "rows": rows, "band": band, "relative": relative}
+    m = table.metric
+    unit = "points" if m.get("unit") == "%" else (m.get("name") or m.get("key") or "")
+    return {"kind": "gap", "rows": rows, "band": band, "relative": relative, "unit": unit}
 
 
 def write_figures(results_dir: Path, out_dir: Path) -> list[Path]:
@@ -153,7 +155,7 @@ def write_figures(results_dir: Path, out_dir: Path) -> list[Path]:
         path = out_dir / f"{tid}.png"
         title = f"{tid}: ours against the paper"
         if data["kind"] == "gap":
-            gap_plot(data["rows"], path, title, band=data["band"], relative=data["relative"])
+            gap_plot(data["rows"], path, title, band=data["band"], relative=data["relative"], unit=data["unit"])
         else:
             m = table.metric
             curve_plot(data["series"], path, f"{tid}: {m.get('name', '')}", xlabel=data["xlabel"],

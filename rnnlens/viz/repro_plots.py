@@ -18,9 +18,10 @@ NAMES = {"reproduced": "reproduced", "within-quick": "within (quick budget)", "m
 
 
 def gap_plot(rows: Sequence[dict], path: str | Path, title: str = "", band: float | None = None,
-             relative: bool = False) -> Path:
+             relative: bool = False, unit: str = "points") -> Path:
     """One dot per row at ours - paper (or, relative, (ours - paper) / paper in %), its
-    standard deviation over seeds as a bar, coloured by verdict; the band is the tolerance.
+    standard deviation over seeds as a bar, coloured by verdict; the band is the tolerance;
+    unit names the difference on the axis (points of a percentage, or the metric).
     rows: {"label", "diff", "std" (or None), "verdict", "paper"} in table order."""
     plt = _plt()
     n = len(rows)
@@ -40,7 +41,7 @@ def gap_plot(rows: Sequence[dict], path: str | Path, title: str = "", band: floa
         seen.add(v)
     ax.set_yticks(y, [_short(r["label"], 40) for r in rows], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("(ours - paper) / paper, %" if relative else "ours - paper (points)")
+    ax.set_xlabel("(ours - paper) / paper, %" if relative else f"ours - paper ({unit})")
     ax.legend(fontsize=7, loc="best")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()

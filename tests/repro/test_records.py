@@ -211,7 +211,7 @@ def test_figures_draw_the_gap_to_the_paper_and_the_curves(tmp_path, monkeypatch)
               [Row("A", 85.0), Row("C", 85.0)])
     rec = _record([_row("A", [84.0, 86.0]), _row("C", [80.0])])
     data = figure_data(t, report.table_results(t, rec))
-    assert data["kind"] == "gap" and data["band"] == 1.5 and not data["relative"]
+    assert data["kind"] == "gap" and data["band"] == 1.5 and not data["relative"] and data["unit"] == "points"
     assert [(r["label"], r["diff"], r["verdict"]) for r in data["rows"]] == [("A", 0.0, "reproduced"), ("C", -5.0, "missed")]
     assert data["rows"][0]["std"] > 0
     d = Table("d", "unitary-recurrent-networks", "Fig", "title", "dyck-by-attractors", "",
