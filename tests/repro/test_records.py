@@ -231,3 +231,26 @@ def test_figures_draw_the_gap_to_the_paper_and_the_curves(tmp_path, monkeypatch)
         assert f"](results/figures/{tid}.png)" in text
         assert (results / "figures" / f"{tid}.png").read_bytes()[:4] == b"\x89PNG"
     assert "figures/" not in report.render(results, figures=None)
+
+
+def test_every_trained_rows_number_is_its_runs_record():
+    """A row of a train table shows, per run, exactly what that run's record holds: a run
+    trained again under the same name (an edited config) leaves no table showing the old
+    number. (Rows computed by an analysis from the weights are checked for their records'
+    existence above.)"""
+    from rnnlens.repro.run import metric_value
+
+    results = REPO / "results"
+    if not results.is_dir():
+        pytest.skip("no results/ in this checkout")
+    tables = load_tables()
+    for tid, rec in read_tables(results).items():
+        table = tables[tid]
+        if table.kind != "train":
+            continue
+        rows = {r.label: r for r in table.rows}
+        for row in rec["rows"]:
+            if row["status"] != "ok" or not row["runs"] or row["label"] not in rows:
+                continue
+            got = [metric_value(table, rows[row["label"]], read_run(results, n)["test"]) for n in row["runs"]]
+            assert got == pytest.approx(row["values"], rel=1e-9), (tid, row["label"])
