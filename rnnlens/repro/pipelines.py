@@ -367,6 +367,7 @@ def run_table(ctx: Context, table: Table, selected: set[str] | None = None) -> l
     """Every row's result. With `selected` (labels: --rows), the other rows are kept only
     where DIR/runs already has their runs (nothing is trained for them), so a table rerun
     for one row keeps the rows done before it."""
+    ctx = replace(ctx, table=table.id)
     results = []
     for k, row in enumerate(table.rows, 1):
         if selected is None or row.label in selected:

@@ -140,6 +140,13 @@ def write_run(results: Path, run_dir: Path, *, config_file: str, cfg: dict, seed
     return folder
 
 
+def tables_citing(results: Path, run: str, but: str | None = None) -> list[str]:
+    """The tables under results/tables whose rows read the run `run` (but the table `but`):
+    those to compute again when the run's record is replaced by another run of that name."""
+    return sorted(tid for tid, rec in read_tables(results).items()
+                  if tid != but and any(run in (r.get("runs") or []) for r in rec.get("rows") or []))
+
+
 # what may differ between two records of the same run without it being another run
 _VOLATILE = ("recorded", "command", "commit", "rnnlens", "python", "machine", "threads")
 

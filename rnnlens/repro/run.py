@@ -39,6 +39,7 @@ class Context:
     reuse_only: bool = False         # a row --rows left out: from runs DIR/runs already has, or not at all
     results: Path | None = None      # where run and table records go (rnnlens.repro.records); None: nowhere
     command: str = ""                # the repro command line, as the records keep it
+    table: str = ""                  # the id of the table being run (pipelines.run_table sets it)
 
     def log(self, msg: str) -> None:
         if self.progress:
@@ -309,6 +310,12 @@ def _record(ctx: Context, run: Run, config: str, seed: int, tag: str, start: str
     from . import records
 
     d = run.cfg.to_dict()
+    old = records.read_run(ctx.results, run.path.name)
+    if old is not None and old.get("test") != run.test:
+        stale = records.tables_citing(ctx.results, run.path.name, but=ctx.table)
+        if stale:
+            ctx.log(f"warning: {run.path.name} replaces a recorded run of that name; {', '.join(stale)} still "
+                    "show the old run's numbers: run them again (rnnlens repro TABLE)")
     init = None
     if start is not None:
         init = {"run": Path(d["train"]["init_from"]).name, "sha256": start}

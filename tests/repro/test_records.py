@@ -254,3 +254,26 @@ def test_every_trained_rows_number_is_its_runs_record():
                 continue
             got = [metric_value(table, rows[row["label"]], read_run(results, n)["test"]) for n in row["runs"]]
             assert got == pytest.approx(row["values"], rel=1e-9), (tid, row["label"])
+
+
+def test_a_run_replaced_under_its_name_warns_of_the_tables_still_citing_it(tmp_path, capsys):
+    """When a run is trained again with other settings, its record is replaced; the other
+    tables whose rows read that run are named in a warning, to be computed again."""
+    _repro(tmp_path)
+    results = tmp_path / "results"
+    (results / "tables" / "other.json").write_text(json.dumps(
+        {"table": "other", "rows": [{"label": "x", "status": "ok", "runs": ["dyck-turn3-tiny-seed0"]}]}))
+    from rnnlens.repro.records import tables_citing
+
+    assert tables_citing(results, "dyck-turn3-tiny-seed0") == ["other", "urn-dyck"]
+    assert tables_citing(results, "dyck-turn3-tiny-seed0", but="urn-dyck") == ["other"]
+    rec_path = results / "runs" / "dyck-turn3-tiny-seed0" / "record.json"
+    rec = json.loads(rec_path.read_text())
+    rec["config"]["train"]["lr"] = 123.0             # a record of other settings, and numbers
+    rec["test"]["test_loss"] += 1.0
+    rec_path.write_text(json.dumps(rec))
+    capsys.readouterr()
+    assert main(["repro", "urn-dyck", "--rows", ROW, "--tiny", "--out", str(tmp_path / "again"), "--threads", "1",
+                 "--results", str(results)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: dyck-turn3-tiny-seed0 replaces a recorded run" in err and "other still show" in err
