@@ -51,6 +51,12 @@ def test_config_loads_with_every_budget(path):
             assert m.embeddings_file and "rnnlens vectors" in raw["description"]
             assert ("fixed" in raw["description"]) == m.freeze_embeddings
             continue
+        if path.stem == f"{stem}-sn":      # the row with spectral normalisation: otherwise its base config
+            assert m.spectral_norm and "spectral" in raw["description"]
+            base = load_config_file(path.with_name(f"{stem}.json"), budget=budget).to_dict()
+            base["model"]["spectral_norm"] = True
+            assert base == cfg.to_dict()
+            continue
         # the same row at several depths: <corpus>-<cell>-<L>layer
         assert path.stem == stem or path.stem == f"{stem}-{m.layers}layer"
 
