@@ -31,14 +31,13 @@ from .lstm_terms import lstm_view_terms
 
 
 # Right-padded rows longer than this run as segments between their distinct lengths, each
-# through the unpacked fused kernel (ops.fused_rnn.rnn_by_length), not as one packed sequence: ATen's packed
-# RNN slices its input at every step, and each slice's backward fills a tensor of the whole
-# input, so a packed backward costs O(T^2) (benchmarks/RESULTS-padded.md: 3.5-9.5x the
-# unmasked pass at T = 300 and 10-87x at T = 1000, where by length takes 1.06-1.22x and
-# 1.02-1.03x). Under about 32 steps,
-# with many distinct lengths, packing's one call is a little faster than one call per length.
+# through the unpacked fused kernel (ops.fused_rnn.rnn_by_length), not as one packed
+# sequence: ATen's packed RNN slices its input at every step, and each slice's backward fills
+# a tensor of the whole input, so a packed backward costs O(T^2) (benchmarks/RESULTS-padded.md:
+# 3.5-9.5x the unmasked pass at T = 300 and 10-87x at T = 1000, where by length takes
+# 1.06-1.22x and 1.02-1.03x). Under about 32 steps with many distinct lengths, packing's one
+# call is a little faster than one call per length.
 PACKED_MAX_LENGTH = 32
-
 
 
 class _Classic(Cell):

@@ -21,10 +21,9 @@ def rnn_by_length(kernel, x, hx, weights, lengths, train: bool, lstm: bool):
     cuts = sorted(set(sorted_len))
     xs = x.index_select(0, order)
     state = [h.index_select(1, order) for h in hx] if lstm else [hx.index_select(1, order)]
-    pieces, done, start = [], [], 0
-    sizes = [c - p for p, c in zip([0, *cuts[:-1]], cuts)]
+    pieces, done, rows = [], [], B                               # rows: those still going, a prefix
+    sizes = [c - p for p, c in zip([0, *cuts], cuts)]
     for chunk, end, size in zip(xs.split([*sizes, T - cuts[-1]], 1), cuts, sizes):   # (the last: no row's)
-        rows = sum(1 for n in sorted_len if n >= end)           # the rows still going: a prefix
         h = tuple(t[:, :rows].contiguous() for t in state) if lstm else state[0][:, :rows].contiguous()
         r = kernel(chunk[:rows], h, weights, True, 1, 0.0, train, False, True)
         out = r[0]
@@ -34,10 +33,9 @@ def rnn_by_length(kernel, x, hx, weights, lengths, train: bool, lstm: bool):
         state = list(r[1:])
         keep = sum(1 for n in sorted_len if n > end)             # the rows that end here: rows keep..rows-1
         done.append([t[:, keep:rows] for t in state])
-        state = [t[:, :keep] for t in state]
-        start = end
+        state, rows = [t[:, :keep] for t in state], keep
     out = torch.cat(pieces, 1)
-    if start < T:                                                # columns no row reaches
-        out = torch.cat([out, out.new_zeros(B, T - start, out.shape[-1])], 1)
+    if cuts[-1] < T:                                             # columns no row reaches
+        out = torch.cat([out, out.new_zeros(B, T - cuts[-1], out.shape[-1])], 1)
     finals = [torch.cat([d[i] for d in reversed(done)], 1).index_select(1, back) for i in range(len(done[0]))]
     return out.index_select(0, back), (None, *finals)

@@ -171,6 +171,14 @@ def budget_text(cfg) -> str:
     return f"{t.epochs} epochs max, {size}, hidden {m.hidden_size}" + (f" x {m.layers} layers" if m.layers > 1 else "")
 
 
+def run_differences(saved: dict, new: dict) -> list[str]:
+    """How the settings `saved` differ from `new` (config dicts) in what makes another run:
+    what --resume may change (threads, device, ...) and the data folder's path do not count."""
+    from ..train.resume import MAY_CHANGE, config_differences
+
+    return config_differences(saved, new, {"train": MAY_CHANGE, "data": ("data_dir",)})
+
+
 def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None = None,
                    init_from: Path | None = None, weights: bool = True, need: str | None = None) -> Run:
     """The run of `config` (with `overrides`, {section: {key: value}}) and seed `seed` at
@@ -185,7 +193,7 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     test record lacks it (a metric added after it was trained) is evaluated again from its
     weights (`reevaluate`) instead of being retrained."""
     from ..config import Config
-    from ..train.resume import MAY_CHANGE, Checkpoints, config_differences, training_dir
+    from ..train.resume import Checkpoints, training_dir
     from ..train.run import train_run
 
     cfg = row_config(ctx, config)
@@ -206,10 +214,7 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     changed = []
     if test is not None:
         saved = (_read_json(path / "config.json") or {}).get("config")
-        # what --resume may change, and where the data folder is: neither changes a run
-        ignore = {"train": MAY_CHANGE, "data": ("data_dir",)}
-        changed = (config_differences(saved, cfg.to_dict(), ignore) if isinstance(saved, dict)
-                   else ["no config.json"])
+        changed = run_differences(saved, cfg.to_dict()) if isinstance(saved, dict) else ["no config.json"]
         info = _read_json(path / "repro.json") or {}
         if not changed and info.get("init_sha256") != start:
             changed = [f"train.init_from: {init_from} holds other weights than those it started from"]
@@ -256,7 +261,7 @@ def _interrupted(ctx: Context, path: Path, cfg):
     left by a killed repro), when it was started with the same settings; None otherwise (a
     partial run of other settings is started again)."""
     from ..config import Config
-    from ..train.resume import MAY_CHANGE, Checkpoints, config_differences, partial_dir
+    from ..train.resume import Checkpoints, partial_dir
 
     part = partial_dir(path)
     saved = Checkpoints.latest(part) if part.is_dir() else None
@@ -266,8 +271,7 @@ def _interrupted(ctx: Context, path: Path, cfg):
         old = Config.from_dict(saved.state["config"]).to_dict()
     except (KeyError, TypeError, ValueError, RnnlensError):
         old = None
-    changed = (config_differences(old, cfg.to_dict(), {"train": MAY_CHANGE, "data": ("data_dir",)})
-               if old is not None else ["an unreadable config"])
+    changed = run_differences(old, cfg.to_dict()) if old is not None else ["an unreadable config"]
     if changed:
         ctx.log(f"{part} holds an interrupted run of other settings ({'; '.join(changed[:3])}): starting again")
         return None
@@ -327,14 +331,12 @@ def _record(ctx: Context, run: Run, config: str, seed: int, tag: str, start: str
 
 def _from_record(ctx: Context, cfg, name: str) -> Run | None:
     """The run `name` from its record under ctx.results when the record's config is cfg's."""
-    from ..train.resume import MAY_CHANGE, config_differences
     from . import records
 
     rec = records.read_run(ctx.results, name)
     if rec is None or not isinstance(rec.get("config"), dict):
         return None
-    ignore = {"train": MAY_CHANGE, "data": ("data_dir",)}
-    changed = config_differences(rec["config"], records.portable_config(cfg.to_dict()), ignore)
+    changed = run_differences(rec["config"], records.portable_config(cfg.to_dict()))
     if changed:
         ctx.log(f"the record of {name} has other settings ({'; '.join(changed[:3])}): not reused")
         return None
