@@ -125,3 +125,22 @@ def test_long_right_padded_rows_run_by_length_and_match_the_loop(name, monkeypat
     g = torch.autograd.grad(out.sum() + final.sum(), [x, *cell.parameters()])
     g_ref = torch.autograd.grad(ref.sum() + ref_final.sum(), [x, *cell.parameters()])
     assert all(max_diff(a, b) < 1e-11 for a, b in zip(g, g_ref))
+
+
+@pytest.mark.parametrize("name", list(CLASSIC))
+def test_time_major_cells_take_long_padded_rows_by_length(name, monkeypatch):
+    """A cell copied from a time-major torch module takes [T,B] masks the same way: long
+    right-padded rows by length, equal to the loop."""
+    from rnnlens.cells.classic import PACKED_MAX_LENGTH
+
+    kind = {"elman": torch.nn.RNN, "gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[name]
+    cell = from_torch(kind(E, H).double())
+    T = PACKED_MAX_LENGTH + 5
+    x = torch.randn(T, 3, E, dtype=torch.float64, requires_grad=True)
+    mask = torch.arange(T)[:, None] < torch.tensor([T, 2, T - 3])[None]
+    ref, ref_final = cell.forward_ref(x, mask)
+    no_loop(cell, monkeypatch)
+    out, final = cell(x, mask)
+    assert max_diff(out, ref) < 1e-12 and max_diff(final, ref_final) < 1e-12
+    g = torch.autograd.grad(out.sum() + final.sum(), x)[0]
+    assert max_diff(g, torch.autograd.grad(ref.sum() + ref_final.sum(), x)[0]) < 1e-11
