@@ -110,11 +110,14 @@ def cmd_repro(args) -> int:
 
 
 def results_rows(results: Path, table, new: dict) -> list[dict]:
-    """The table's rows for its record: this run's, then the rows an earlier record had that
-    this run did not produce (a --rows rerun keeps the others), in the table's order."""
+    """The table's rows for its record: this run's, then the rows with runs that an earlier
+    record had and this run did not produce (a --rows rerun keeps the others), in the table's
+    order. An earlier row without runs (no config, missing data) is not kept: this run
+    re-derived every such row that still stands, so one it left out no longer applies (its
+    config has been written since, say, and the row simply has not been run)."""
     from .records import read_tables
 
-    old = {r["label"]: r for r in (read_tables(results).get(table.id) or {}).get("rows") or []}
+    old = {r["label"]: r for r in (read_tables(results).get(table.id) or {}).get("rows") or [] if r.get("runs")}
     mine = {r["label"]: r for r in new["rows"]}
     return [mine.get(r.label) or old[r.label] for r in table.rows if r.label in mine or r.label in old]
 
@@ -159,12 +162,15 @@ def _render(args) -> int:
     if results is None or not results.is_dir():
         raise RnnlensError(f"--render needs the records folder: --results DIR ({results or 'no checkout here'} "
                            "is not a folder)")
+    configs = Path(args.configs) if args.configs else default_configs_dir()
+    if configs is not None and not configs.is_dir():
+        raise RnnlensError(f"--configs {configs} is not a folder")
     if not args.out:
-        print(render(results, figures=None), end="")
+        print(render(results, figures=None, configs=configs), end="")
         return 0
     out = Path(args.out)
     href = Path(os.path.relpath(results.resolve() / FIGURES, out.resolve().parent))
-    text = render(results, figures=href.as_posix())
+    text = render(results, figures=href.as_posix(), configs=configs)
     written = write_figures(results, results / FIGURES)
     write_atomic(out, text)
     print(f"wrote {args.out} and {len(written)} figures in {results / FIGURES}")

@@ -64,6 +64,32 @@ def _result_of(table: Table, row: Row, rec: dict) -> RowResult:
                      runs={r: 0.0 for r in rec.get("runs") or []}, budget_name=rec.get("budget_name", ""))
 
 
+def config_changes(record: dict, configs: Path | None) -> list[str]:
+    """'section.key (then -> now)' for every setting in which the config file a run was
+    trained from (record["config_file"], looked up by name in `configs`, at the run's budget
+    and seed) now differs from what the run recorded, leaving out what --resume may change,
+    the data folder and the folder the word vectors were written to. [] when nothing changed,
+    or when the file or the record cannot tell (no configs folder, a run not made from a
+    config file, a file that no longer loads)."""
+    from ..config import load_config_file
+    from .run import run_differences
+
+    saved, name = record.get("config"), record.get("config_file")
+    if configs is None or not isinstance(saved, dict) or not isinstance(name, str) or not name.endswith(".json"):
+        return []
+    path = configs / Path(name).name
+    try:
+        now = load_config_file(path, None if record.get("budget") in (None, "full") else record["budget"]).to_dict()
+    except Exception:                   # a missing or broken file: nothing to compare with
+        return []
+    now["train"]["seed"] = record.get("seed", now["train"]["seed"])
+    for section, key in (("model", "embeddings_file"), ("train", "init_from")):
+        a, b = (saved.get(section) or {}).get(key), now[section].get(key)
+        if a and (key == "init_from" or (b and Path(a).name == Path(b).name)):
+            now[section][key] = a       # where repro put the vectors / the first phase's run
+    return run_differences(saved, now)
+
+
 def table_results(table: Table, rec: dict) -> list[RowResult]:
     """The recorded rows of `table`, in the table's order (rows it no longer has are dropped)."""
     by_label = {r["label"]: r for r in rec.get("rows") or []}
@@ -168,10 +194,13 @@ def write_figures(results_dir: Path, out_dir: Path) -> list[Path]:
 
 
 def table_markdown(table: Table, rec: dict, results_dir: Path,
-                   causes: dict[str, str] | None = None, figures: str | None = None) -> tuple[str, list[str], int]:
+                   causes: dict[str, str] | None = None, figures: str | None = None,
+                   configs: Path | None = None, stale: list[str] | None = None) -> tuple[str, list[str], int]:
     """(the table's section, the verdict of each of its result lines, how many of the lines
     outside the tolerance have a cause named). causes: {row label: cause} (read_causes), put
-    in the note of each line outside its tolerance; a row within has none shown."""
+    in the note of each line outside its tolerance; a row within has none shown. configs:
+    the configs folder; a row whose runs' config files have changed since they ran says so
+    in its note (config_changes) and is appended to `stale`."""
     causes = causes or {}
     named = 0
     results = table_results(table, rec)
@@ -204,7 +233,15 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
             budget = f"{bname}: {budget}" if bname and budget else (budget or bname)
             runs = ", ".join(f"`{n}`" if read_run(results_dir, n) is not None else f"`{n}` (no record)"
                              for n in res.runs)
+            changed = sorted({c for n in res.runs for c in config_changes(read_run(results_dir, n) or {}, configs)})
+            if changed and stale is not None:
+                stale.append(f"{table.id}: {res.row.label}")
+        else:
+            changed = []
         note = line["note"]
+        if changed:
+            note = (f"**config changed since this run:** {', '.join(changed)}; the row stands as it was run "
+                    "until it is run again" + (f"; {note}" if note else ""))
         if v in OUTSIDE and causes.get(res.row.label):
             named += 1
             note = f"**why:** {causes[res.row.label]}" + (f"; {note}" if note else "")
@@ -225,18 +262,20 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
     return "\n".join(out) + "\n", verdicts, named
 
 
-def render(results_dir: Path, figures: str | None = "results/figures") -> str:
+def render(results_dir: Path, figures: str | None = "results/figures", configs: Path | None = None) -> str:
     """REPRODUCTION.md from results_dir (see the module docstring). figures: the link to the
-    folder write_figures draws into, relative to where the file is written (None: no figures)."""
+    folder write_figures draws into, relative to where the file is written (None: no figures).
+    configs: the configs folder the runs' config files are compared with (config_changes);
+    None: no comparison."""
     tables = load_tables()
     recs = read_tables(results_dir)
     causes = read_causes(results_dir)
     sections: dict[str, list[str]] = {}
-    summary = []
+    summary, stale = [], []
     for tid, table in tables.items():
         if tid not in recs:
             continue
-        text, verdicts, named = table_markdown(table, recs[tid], results_dir, causes.get(tid), figures)
+        text, verdicts, named = table_markdown(table, recs[tid], results_dir, causes.get(tid), figures, configs, stale)
         sections.setdefault(table.paper, []).append(text)
         count = {k: verdicts.count(k) for k in ("reproduced", "within-quick", "missed", "above")}
         shown = sum(1 for r in recs[tid].get("rows") or [] if r.get("status") == "ok")
@@ -250,6 +289,10 @@ def render(results_dir: Path, figures: str | None = "results/figures") -> str:
            "is known (results/notes/causes.json, citing the evidence); the last column counts those.", "",
            "| table | rows with results | reproduced | within (quick) | missed | above the paper | why named |",
            "|---|---|---|---|---|---|---|", *summary, ""]
+    if stale:
+        out += [f"{len(stale)} row{'s' if len(stale) > 1 else ''} ran under a config that has changed since "
+                f"(its note says what changed; it stands as it was run until it is run again): "
+                + "; ".join(stale) + ".", ""]
     for paper, texts in sections.items():
         out += [f"## {PAPERS.get(paper, paper)}", ""]
         for t in texts:

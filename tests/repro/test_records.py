@@ -138,6 +138,61 @@ def test_causes_are_shown_only_where_a_line_is_outside_and_counted(tmp_path, mon
     assert "| t | 3 of 3 | 1 | 0 | 1 | 1 | 1 of 2 |" in out
 
 
+def test_a_row_whose_config_file_changed_since_its_run_says_so(tmp_path, monkeypatch):
+    """A run recorded under a config file that has been edited since (a setting the paper's
+    text called for, found later) still renders, as it was run, but its note names what
+    changed and the summary lists the row; an unchanged file, a settings change --resume may
+    make (threads) and the vectors' folder are not changes."""
+    from rnnlens.config import load_config_file
+
+    import rnnlens.repro.report as report
+
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    base = json.loads((REPO / "configs" / "sst2-gru.json").read_text())
+    base["model"]["embeddings_file"] = "v.txt"
+    (configs / "sst2-gru.json").write_text(json.dumps(base))
+    ran = load_config_file(configs / "sst2-gru.json").to_dict()
+    ran["train"].update(seed=0, threads=1)
+    ran["model"]["embeddings_file"] = "repro-x/vectors/v.txt"     # where repro made the vectors
+    record = {"config": ran, "config_file": "configs/sst2-gru.json", "budget": "full", "seed": 0, "test": {}}
+    assert report.config_changes(record, configs) == []
+    assert report.config_changes(record, None) == [] and report.config_changes({"config": ran}, configs) == []
+    assert report.config_changes(dict(record, budget="nonesuch"), configs) == []    # cannot tell
+    base["model"]["spectral_norm"] = True
+    (configs / "sst2-gru.json").write_text(json.dumps(base))
+    assert report.config_changes(record, configs) == ["model.spectral_norm (False -> True)"]
+
+    results = tmp_path / "results"
+    (results / "runs" / "r1").mkdir(parents=True)
+    (results / "runs" / "r1" / "record.json").write_text(json.dumps(record))
+    t = Table("t", "implicit-ngrams-induced-by-recurrence", "Table 3", "title", "train", "",
+              {"key": "test_accuracy", "higher_is_better": True, "unit": "%"}, {"abs": 1.5},
+              [Row("A", 85.0), Row("B", 85.0)])
+    (results / "tables").mkdir()
+    (results / "tables" / "t.json").write_text(json.dumps(_record([_row("A", [84.0], runs=["r1"]), _row("B", [85.0])])))
+    monkeypatch.setattr(report, "load_tables", lambda: {"t": t})
+    out = render(results, configs=configs)
+    assert "**config changed since this run:** model.spectral_norm (False -> True)" in out
+    assert "1 row ran under a config that has changed since" in out and "t: A" in out
+    assert "config changed" not in render(results)           # no configs folder: nothing compared
+
+
+def test_a_table_record_drops_earlier_rows_without_runs(tmp_path):
+    """A --rows rerun keeps the earlier rows that have runs; an earlier 'no config' row is not
+    kept (the rerun re-derives every such row that still stands)."""
+    from rnnlens.repro.command import results_rows
+    from rnnlens.repro.records import write_table
+
+    t = Table("t", "implicit-ngrams-induced-by-recurrence", "Table 3", "title", "train", "",
+              {"key": "test_accuracy"}, {"abs": 1.5}, [Row("A", 85.0), Row("B", 85.0), Row("C", 85.0)])
+    gone = dict(_row("B", []), status="no config", runs=[])
+    write_table(tmp_path, "t", _record([_row("A", [84.0], runs=["r1"]), gone]))
+    assert [r["label"] for r in results_rows(tmp_path, t, {"rows": [_row("C", [85.0], runs=["r2"])]})] == ["A", "C"]
+    still = dict(gone, note="the config is still missing")
+    assert results_rows(tmp_path, t, {"rows": [still]})[1] == still
+
+
 def test_a_malformed_causes_file_is_one_clear_error(tmp_path):
     from rnnlens.errors import RnnlensError
     from rnnlens.repro.records import read_causes
@@ -182,7 +237,7 @@ def test_the_committed_reproduction_is_the_render_of_the_records():
     results = REPO / "results"
     if not results.is_dir():
         pytest.skip("no results/ in this checkout")
-    assert (REPO / "REPRODUCTION.md").read_text(encoding="utf-8") == render(results), \
+    assert (REPO / "REPRODUCTION.md").read_text(encoding="utf-8") == render(results, configs=REPO / "configs"), \
         "REPRODUCTION.md differs from `rnnlens repro --render --out REPRODUCTION.md`: render it again"
 
 
