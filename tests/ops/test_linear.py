@@ -51,6 +51,24 @@ def test_mm_and_mm_t(dtype):
     assert out.is_contiguous() and torch.allclose(out, a.t() @ c, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("rows", [7, 16, 100])
+def test_mm_t_summed_over_row_blocks_equals_the_whole_product(monkeypatch, dtype, rows):
+    """Beyond MM_T_ROWS rows mm_t sums its product over blocks (a last block shorter or not);
+    the sum is the whole product, and a linear's weight gradient through it torch's."""
+    monkeypatch.setattr(L, "MM_T_ROWS", 16)
+    torch.manual_seed(1)
+    a, c = torch.randn(rows, 9, dtype=dtype), torch.randn(rows, 5, dtype=dtype)
+    tol = 1e-4 if dtype == torch.float32 else 1e-12
+    out = L.mm_t(a, c)
+    assert out.shape == (9, 5) and out.is_contiguous() and torch.allclose(out, a.t() @ c, atol=tol)
+    x = torch.randn(rows, 5, dtype=dtype, requires_grad=True)
+    w = torch.randn(9, 5, dtype=dtype, requires_grad=True)
+    dy = torch.randn(rows, 9, dtype=dtype)
+    g = torch.autograd.grad(L.linear(x, w), w, dy)[0]
+    assert torch.allclose(g, dy.t() @ x.detach(), atol=tol)
+
+
 def test_mm_keeps_autograd_when_an_input_needs_grad():
     a = torch.randn(3, 4, requires_grad=True)
     b = torch.randn(4, 2)
