@@ -14,6 +14,18 @@ heap, and freed heap memory above 256 MiB at its top is returned to the system. 
 it when imported (rnnlens/__init__.py). It does nothing where the C library is not glibc, when
 RNNLENS_MALLOC=0, or when the environment already sets MALLOC_MMAP_THRESHOLD_ or
 MALLOC_TRIM_THRESHOLD_ (glibc's own variables, which then stay in charge).
+
+32 MiB is as high as glibc lets the mmap threshold go, so the blocks of long sequences
+([32, 1024, 256] float32 is 32 MiB) still come from mmap, and the kernel faults each 4 KiB
+page in on first touch. `huge_pages()` (called by `tune()`, on Linux) sets PyTorch's own
+THP_MEM_ALLOC_ENABLE=1, under which torch's CPU allocator asks for transparent huge pages
+(madvise) for every block of 2 MiB or more: 512 times fewer faults. Measured here at batch 32
+x length 1024, hidden 256, one forward + backward on 2 threads: torch.nn.LSTM 465 -> 287 ms,
+RRNN(B) 172 -> 109 ms; at length 35 (MVMA-G) 13.0 -> 11.6 ms; peak memory the same (869 and
+874 MB). Torch reads the variable once, at its first allocation, so it applies where rnnlens
+is imported before torch allocates anything (the command line, or `import rnnlens` first);
+it is left alone where the environment sets it (THP_MEM_ALLOC_ENABLE=0 turns it off) or
+RNNLENS_MALLOC=0, and is not set where the kernel's transparent huge pages are off.
 """
 from __future__ import annotations
 
@@ -30,15 +42,42 @@ TRIM_THRESHOLD = 256 << 20
 _done: bool | None = None
 
 
+THP = "THP_MEM_ALLOC_ENABLE"
+THP_SYSFS = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def _off() -> bool:
+    return os.environ.get("RNNLENS_MALLOC", "1").strip().lower() in ("0", "false", "off", "no")
+
+
+def huge_pages() -> bool:
+    """Set THP_MEM_ALLOC_ENABLE=1 for torch's CPU allocator (see the module docstring) unless
+    the environment sets it or RNNLENS_MALLOC=0, or the kernel's transparent huge pages are
+    off or absent. True when the variable is 1 after the call."""
+    if _off() or THP in os.environ or platform.system() != "Linux":
+        return os.environ.get(THP) == "1"
+    try:
+        with open(THP_SYSFS, encoding="ascii") as f:
+            mode = f.read()
+    except OSError:
+        return False
+    if "[never]" in mode:
+        return False
+    os.environ[THP] = "1"
+    return True
+
+
 def tune() -> bool:
-    """Set glibc's mmap and trim thresholds (see the module docstring); True when set. Once
-    per process: later calls return the first call's answer."""
+    """Set glibc's mmap and trim thresholds, and torch's huge pages (`huge_pages`; see the
+    module docstring); True when the thresholds were set. Once per process: later calls
+    return the first call's answer."""
     global _done
     if _done is not None:
         return _done
     _done = False
-    if os.environ.get("RNNLENS_MALLOC", "1").strip().lower() in ("0", "false", "off", "no"):
+    if _off():
         return False
+    huge_pages()
     if any(k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
         return False
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
