@@ -6,8 +6,9 @@ same model on the same batches.
 
 rnnlens: `Trainer.fit` for one epoch (no dev set), the model `build_model` makes from the
 config, exactly what `rnnlens train` runs per epoch. The plain script: nn.Embedding ->
-torch.nn.LSTM (packed sequences) -> dropout -> nn.Linear, binary cross-entropy, the
-config's optimizer (Adagrad), weight decay and gradient clipping, written as a user would.
+torch.nn.LSTM (packed sequences; with torch's spectral_norm on weight_hh_l0 where the config
+sets model.spectral_norm) -> dropout -> nn.Linear, binary cross-entropy, the config's optimizer
+(Adagrad), weight decay and gradient clipping, written as a user would.
 Both read the same BatchIterator (same order, same collation), alternate in one process,
 and the report gives each one's median seconds per epoch and per example and the ratio.
 """
@@ -38,6 +39,8 @@ def plain_epoch(batches, vocab_size: int, cfg, seed: int) -> float:
             super().__init__()
             self.emb = nn.Embedding(vocab_size, m.embedding_dim, padding_idx=0)
             self.rnn = nn.LSTM(m.embedding_dim, m.hidden_size, batch_first=True)
+            if m.spectral_norm:
+                nn.utils.parametrizations.spectral_norm(self.rnn, "weight_hh_l0")
             self.drop = nn.Dropout(m.dropout)
             self.out = nn.Linear(m.hidden_size, 1, bias=m.output_bias)
 
@@ -126,7 +129,8 @@ def main(argv=None) -> int:
         f"- date: {started}; {platform.platform()}, {platform.processor() or platform.machine()}",
         f"- torch {torch.__version__}, {torch.get_num_threads()} threads, CPU; 1-minute load {load0} before, {load1} after",
         f"- config: {Path(args.config).name} ({cfg.model.cell}, embedding {cfg.model.embedding_dim}, hidden "
-        f"{cfg.model.hidden_size}, batch {cfg.train.batch_size}, {cfg.train.optimizer}); "
+        f"{cfg.model.hidden_size}, batch {cfg.train.batch_size}, {cfg.train.optimizer}"
+        f"{', spectral norm on the recurrent matrix' if cfg.model.spectral_norm else ''}); "
         f"{n:,} SST-2 training examples per epoch; median of {args.repeats} epochs each, alternating",
         "",
         "| trainer | seconds per epoch | ms per example | epochs (s) |",
