@@ -83,10 +83,8 @@ def config_changes(record: dict, configs: Path | None) -> list[str]:
     except Exception:                   # a missing or broken file: nothing to compare with
         return []
     now["train"]["seed"] = record.get("seed", now["train"]["seed"])
-    for section, key in (("model", "embeddings_file"), ("train", "init_from")):
-        a, b = (saved.get(section) or {}).get(key), now[section].get(key)
-        if a and (key == "init_from" or (b and Path(a).name == Path(b).name)):
-            now[section][key] = a       # where repro put the vectors / the first phase's run
+    if (saved.get("train") or {}).get("init_from"):
+        now["train"]["init_from"] = saved["train"]["init_from"]     # the first phase's run folder
     return run_differences(saved, now)
 
 

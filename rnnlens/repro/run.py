@@ -173,10 +173,18 @@ def budget_text(cfg) -> str:
 
 def run_differences(saved: dict, new: dict) -> list[str]:
     """How the settings `saved` differ from `new` (config dicts) in what makes another run:
-    what --resume may change (threads, device, ...) and the data folder's path do not count."""
+    what --resume may change (threads, device, ...), the data folder's path and the folder of
+    the word-vector file (repro makes it into each output folder, DIR/vectors/, the same file
+    from the same recipe; its name is compared) do not count."""
     from ..train.resume import MAY_CHANGE, config_differences
 
-    return config_differences(saved, new, {"train": MAY_CHANGE, "data": ("data_dir",)})
+    def named(d: dict) -> dict:
+        model = d.get("model")
+        if not isinstance(model, dict) or not model.get("embeddings_file"):
+            return d
+        return {**d, "model": {**model, "embeddings_file": Path(str(model["embeddings_file"])).name}}
+
+    return config_differences(named(saved), named(new), {"train": MAY_CHANGE, "data": ("data_dir",)})
 
 
 def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None = None,

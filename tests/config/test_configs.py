@@ -47,9 +47,14 @@ def test_config_loads_with_every_budget(path):
                 m.cell, m.hidden_size, m.truncation, m.embedding_dim)
             assert base.data == cfg.data                # the same strings, so the same vocabulary
             continue
-        if path.stem == f"{stem}-w2v":     # the row with vectors made by `rnnlens vectors`: fixed, or a start
+        if path.stem.endswith("-w2v"):     # the row with vectors made by `rnnlens vectors`: fixed, or a start
             assert m.embeddings_file and "rnnlens vectors" in raw["description"]
             assert ("fixed" in raw["description"]) == m.freeze_embeddings
+            base_path = path.with_name(path.name.replace("-w2v", ""))
+            assert base_path.is_file(), f"{path.name}: no base config {base_path.name}"
+            base = load_config_file(base_path, budget=budget).to_dict()   # otherwise the row without
+            base["model"].update(embeddings_file=m.embeddings_file, freeze_embeddings=m.freeze_embeddings)
+            assert base == cfg.to_dict(), f"{path.name} differs from {base_path.name} in more than its vectors"
             continue
         if path.stem == f"{stem}-sn":      # the row with spectral normalisation: otherwise its base config
             assert m.spectral_norm and "spectral" in raw["description"]

@@ -159,9 +159,10 @@ def test_a_row_whose_config_file_changed_since_its_run_says_so(tmp_path, monkeyp
     assert report.config_changes(record, configs) == []
     assert report.config_changes(record, None) == [] and report.config_changes({"config": ran}, configs) == []
     assert report.config_changes(dict(record, budget="nonesuch"), configs) == []    # cannot tell
-    base["model"]["spectral_norm"] = True
+    base["model"]["spectral_norm"] = not ran["model"]["spectral_norm"]
     (configs / "sst2-gru.json").write_text(json.dumps(base))
-    assert report.config_changes(record, configs) == ["model.spectral_norm (False -> True)"]
+    flip = f"model.spectral_norm ({ran['model']['spectral_norm']} -> {not ran['model']['spectral_norm']})"
+    assert report.config_changes(record, configs) == [flip]
 
     results = tmp_path / "results"
     (results / "runs" / "r1").mkdir(parents=True)
@@ -173,9 +174,27 @@ def test_a_row_whose_config_file_changed_since_its_run_says_so(tmp_path, monkeyp
     (results / "tables" / "t.json").write_text(json.dumps(_record([_row("A", [84.0], runs=["r1"]), _row("B", [85.0])])))
     monkeypatch.setattr(report, "load_tables", lambda: {"t": t})
     out = render(results, configs=configs)
-    assert "**config changed since this run:** model.spectral_norm (False -> True)" in out
+    assert f"**config changed since this run:** {flip}" in out
     assert "1 row ran under a config that has changed since" in out and "t: A" in out
     assert "config changed" not in render(results)           # no configs folder: nothing compared
+
+
+def test_what_makes_another_run():
+    """Threads, the data folder and the folder repro made the word vectors in do not make
+    another run; a setting, or another vectors file, does."""
+    from rnnlens.config import Config
+    from rnnlens.repro.run import run_differences
+
+    a = Config().to_dict()
+    a["model"]["embeddings_file"] = "repro-a/vectors/imdb-w2v-300d.txt"
+    b = json.loads(json.dumps(a))
+    b["model"]["embeddings_file"] = "repro-b/vectors/imdb-w2v-300d.txt"
+    b["train"]["threads"], b["data"]["data_dir"] = 7, "elsewhere/data"
+    assert run_differences(a, b) == []
+    b["model"]["embeddings_file"] = "repro-b/vectors/other.txt"
+    b["model"]["spectral_norm"] = True
+    assert run_differences(a, b) == ["model.embeddings_file ('imdb-w2v-300d.txt' -> 'other.txt')",
+                                     "model.spectral_norm (False -> True)"]
 
 
 def test_a_table_record_drops_earlier_rows_without_runs(tmp_path):
