@@ -130,6 +130,7 @@ class ModelConfig:
     heads: int = 4                    # transformer: attention heads
     clamp: float | None = None        # n-gram cells: bound states to (-clamp, clamp) (sequence-level A.4)
     spectral_norm: bool = False       # spectral normalisation of the recurrent matrices (implicit-ngrams fn. 8)
+    spectral_norm_per_gate: bool = False  # with spectral_norm: each gate's H x H block of a stacked W_h apart
     window: int = 20                  # va-w: the window m of position-specific matrices
     token_matrices: bool = False      # mm: each token's embedding is its d x d matrix (no shared projection)
     truncation: int | None = None     # urn: keep only the first k rows of T (rank S <= 2k)
@@ -243,6 +244,7 @@ class Config:
         need(m.truncation is None or (m.cell == "urn" and 1 <= m.truncation < m.hidden_size),
              "model.truncation is for the urn cell, between 1 and hidden_size - 1")
         need(m.word_dropout in ("embedding", "matrix"), "model.word_dropout must be 'embedding' or 'matrix'")
+        need(m.spectral_norm or not m.spectral_norm_per_gate, "model.spectral_norm_per_gate needs model.spectral_norm")
         need(m.cell != "transformer" or m.hidden_size % m.heads == 0,
              "model.hidden_size must be a multiple of model.heads for the transformer")
         need(m.adaptive_softmax is None or list(m.adaptive_softmax) == sorted(set(m.adaptive_softmax)),

@@ -179,14 +179,17 @@ class TransformerEncoder(nn.Module):
 def build_cell(cfg: ModelConfig, input_size: int):
     """The model's cell (cfg.cell) for one layer and direction: built with cfg.truncation where
     set, given the model's settings (`Cell.configure`), its recurrent weights spectrally
-    normalised with cfg.spectral_norm. Every recurrent layer of every encoder is built here."""
+    normalised with cfg.spectral_norm (each gate's block apart with cfg.spectral_norm_per_gate,
+    rnnlens.ops.spectral). Every recurrent layer of every encoder is built here."""
     extra = {"truncation": cfg.truncation} if cfg.truncation is not None else {}
     cell = CELLS[cfg.cell](input_size, cfg.hidden_size, **extra)
     cell.configure(cfg)
     if cfg.spectral_norm:
         from torch.nn.utils.parametrizations import spectral_norm
+
+        from .ops.spectral import per_gate_spectral_norm
         for module, name in cell.recurrent_weights():
-            spectral_norm(module, name)
+            (per_gate_spectral_norm if cfg.spectral_norm_per_gate else spectral_norm)(module, name)
     return cell
 
 

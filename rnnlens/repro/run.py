@@ -332,6 +332,9 @@ def _record(ctx: Context, run: Run, config: str, seed: int, tag: str, start: str
     if start is not None:
         init = {"run": Path(d["train"]["init_from"]).name, "sha256": start}
         d["train"]["init_from"] = init["run"]
+    if (old is not None and old.get("test") == run.test and isinstance(old.get("config"), dict)
+            and not run_differences(old["config"], records.portable_config(d))):
+        return              # this very run, recorded already: its record keeps the command that made it
     records.write_run(ctx.results, run.path, config_file=f"configs/{config}", cfg=d, seed=seed, budget=tag,
                       seconds=run.seconds, test=run.test, command=ctx.command, threads=d["train"].get("threads"),
                       device=d["train"].get("device", "cpu"), init_from=init)

@@ -60,10 +60,24 @@ def test_config_loads_with_every_budget(path):
             assert m.spectral_norm and "spectral" in raw["description"]
             base = load_config_file(path.with_name(f"{stem}.json"), budget=budget).to_dict()
             base["model"]["spectral_norm"] = True
+            if m.cell in ("gru", "lstm"):      # each gate's W_h* apart (the authors' cells keep them apart)
+                assert m.spectral_norm_per_gate and "each gate" in raw["description"]
+                base["model"]["spectral_norm_per_gate"] = True
             assert base == cfg.to_dict()
             continue
         # the same row at several depths: <corpus>-<cell>-<L>layer
         assert path.stem == stem or path.stem == f"{stem}-{m.layers}layer"
+
+
+def test_standard_gated_cells_normalise_each_gate():
+    """Every GRU or LSTM config with spectral normalisation normalises each gate's recurrent
+    matrix apart (the authors' cells keep one matrix per gate), and says so."""
+    for path in CONFIGS:
+        cfg = load_config_file(path)
+        m = cfg.model
+        if m.spectral_norm and m.cell in ("gru", "lstm"):
+            assert m.spectral_norm_per_gate, path.name
+            assert "each gate" in json.loads(path.read_text())["description"], path.name
 
 
 def test_paper_sizes():

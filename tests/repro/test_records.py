@@ -51,6 +51,17 @@ def test_a_record_stands_in_for_its_run(tmp_path, capsys):
     assert not (tmp_path / "other" / "runs" / "dyck-turn3-tiny-seed0").exists()
 
 
+def test_reusing_a_run_keeps_the_record_of_the_command_that_made_it(tmp_path):
+    """A later repro that reuses the run (same output folder, another --rows) leaves its record
+    as it was: the command, commit and time are those of the training."""
+    _repro(tmp_path)
+    path = tmp_path / "results" / "runs" / "dyck-turn3-tiny-seed0" / "record.json"
+    before = path.read_text()
+    assert main(["repro", "urn-dyck", "--rows", "3-TURN (50 units", "--tiny", "--out", str(tmp_path / "out"),
+                 "--quiet", "--threads", "1", "--results", str(tmp_path / "results")]) == 0
+    assert path.read_text() == before and '"3-TURN (50 units"' not in before
+
+
 def test_a_record_of_other_settings_is_not_reused(tmp_path, capsys):
     _repro(tmp_path)
     rec_path = tmp_path / "results" / "runs" / "dyck-turn3-tiny-seed0" / "record.json"
@@ -159,9 +170,9 @@ def test_a_row_whose_config_file_changed_since_its_run_says_so(tmp_path, monkeyp
     assert report.config_changes(record, configs) == []
     assert report.config_changes(record, None) == [] and report.config_changes({"config": ran}, configs) == []
     assert report.config_changes(dict(record, budget="nonesuch"), configs) == []    # cannot tell
-    base["model"]["spectral_norm"] = not ran["model"]["spectral_norm"]
+    base["train"]["lr"] = ran["train"]["lr"] * 2
     (configs / "sst2-gru.json").write_text(json.dumps(base))
-    flip = f"model.spectral_norm ({ran['model']['spectral_norm']} -> {not ran['model']['spectral_norm']})"
+    flip = f"train.lr ({ran['train']['lr']} -> {ran['train']['lr'] * 2})"
     assert report.config_changes(record, configs) == [flip]
 
     results = tmp_path / "results"
