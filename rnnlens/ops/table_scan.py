@@ -8,8 +8,16 @@ scan (the URN's h_t = Q(x_t) h_{t-1} with one Q per distinct word, cells/unitary
 rows' matrices and one batched matrix-vector product forward, the same and the adjoint
 product backward, and the table's gradient from the saved vectors at the end (outer
 products added into their words' rows, a block of positions at a time), so the autograd
-graph holds one node instead of a dozen per step. `table_scan_ref` is the plain loop with
-autograd through every step, its reference. Signature as the other scans:
+graph holds one node instead of a dozen per step. On the CPU (float32 or float64, with the
+package's C++ kernels: rnnlens.ops.cpp, csrc/table_scan.cpp) the loop over time runs in C++,
+each row of the batch its own recurrence in parallel, so a step costs its multiply-adds
+rather than a dozen tensor operations' dispatch (the URN's Dyck pass, n = 50, 32 x 35: 7.0 ms
+-> see benchmarks/RESULTS.md); `FUSED = False` or RNNLENS_CPP=0 keeps the PyTorch loop, which
+the tests compare with it. The table's gradient, sum over positions of a_t p_t^T into each
+word's row, is one [U*n, K] x [K, n] product where the table has at most n words and no
+matrix mask (the URN's Dyck batches: 11), and outer products added a block at a time
+otherwise. `table_scan_ref` is the plain loop with autograd through every step, the reference
+of both. Signature as the other scans:
 op(table, idx, start, d=None, M=None, initial_state, mask) -> (H [B,T,n], final [B,n]).
 """
 from __future__ import annotations
@@ -17,7 +25,10 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from . import cpp
 from .precision import no_autocast_backward
+
+FUSED = True                   # the C++ loop where it applies (see the module docstring)
 
 OUTER_BLOCK = 1 << 22          # numbers of outer products built at once for the table's gradient
 
@@ -44,11 +55,29 @@ def _matrices(table, idx_t, M):
     return A if M is None else A * M
 
 
+def _fused(table: torch.Tensor) -> bool:
+    return (FUSED and table.device.type == "cpu" and table.dtype in (torch.float32, torch.float64)
+            and cpp.enabled() and cpp.load("table_scan"))
+
+
+def _given(t, like, dtype=None):
+    """t, or the empty tensor the C++ kernel reads as "not given"."""
+    return like.new_empty(0, dtype=dtype) if t is None else t
+
+
 class _TableScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, table, idx, start, d, M, h0, mask):
         B, T = idx.shape
         n = table.shape[-1]
+        if _fused(table) and all(x is None or x.dtype == table.dtype for x in (start, d, M, h0)):
+            ctx.fused = True
+            H, P = torch.ops.rnnlens_table_scan.forward(
+                table, idx.long(), start, _given(d, table), _given(M, table), h0,
+                _given(None if mask is None else mask.bool(), table, torch.bool))
+            ctx.save_for_backward(table, idx, d, M, mask, P, start)
+            return H
+        ctx.fused = False
         H, P = h0.new_empty(B, T, n), h0.new_empty(B, T, n)
         h = h0
         for t in range(T):
@@ -58,24 +87,37 @@ class _TableScan(torch.autograd.Function):
             new = torch.bmm(p[:, None, :], _matrices(table, idx[:, t], M).transpose(1, 2))[:, 0]   # A p, as a row
             h = new if mask is None else torch.where(mask[:, t, None], new, h)
             H[:, t] = h
-        ctx.save_for_backward(table, idx, d, M, mask, P)
+        ctx.save_for_backward(table, idx, d, M, mask, P, None)
         return H
 
     @staticmethod
     @once_differentiable
     @no_autocast_backward
     def backward(ctx, gH):
-        table, idx, d, M, mask, P = ctx.saved_tensors
+        table, idx, d, M, mask, P, start = ctx.saved_tensors
         need_table, _, need_start, _, _, need_h0 = ctx.needs_input_grad[:6]
         B, T, n = P.shape
-        a = gH.new_zeros(B, T, n)                     # the gradient reaching A_t p_t
-        gstart = gH.new_zeros(B, T) if need_start else None
-        gh = gH.new_zeros(B, n)
-        for t in range(T - 1, -1, -1):
-            a[:, t], gh = back_step(gh, gH[:, t], None if mask is None else mask[:, t, None],
-                                    _matrices(table, idx[:, t], M), d, gstart[:, t] if need_start else None)
+        if ctx.fused:
+            a, gstart, gh = torch.ops.rnnlens_table_scan.backward(
+                gH.to(table.dtype), table, idx.long(), start, _given(d, table), _given(M, table),
+                _given(None if mask is None else mask.bool(), table, torch.bool), bool(need_start))
+            gstart = gstart if need_start else None
+        else:
+            a = gH.new_zeros(B, T, n)                 # the gradient reaching A_t p_t
+            gstart = gH.new_zeros(B, T) if need_start else None
+            gh = gH.new_zeros(B, n)
+            for t in range(T - 1, -1, -1):
+                a[:, t], gh = back_step(gh, gH[:, t], None if mask is None else mask[:, t, None],
+                                        _matrices(table, idx[:, t], M), d, gstart[:, t] if need_start else None)
         gtable = None
-        if need_table:
+        if need_table and M is None and table.shape[0] <= n:
+            # a small table: sum_k a_k p_k^T into word idx_k's row as one product, a_k spread
+            # into its word's columns of a [K, U*n] matrix (K*U*n numbers, not K*n*n)
+            U, K = table.shape[0], B * T
+            spread = a.new_zeros(K, U, n)
+            spread.scatter_(1, idx.reshape(K, 1, 1).expand(K, 1, n), a.reshape(K, 1, n))
+            gtable = (spread.view(K, U * n).t() @ P.reshape(K, n)).view(U, n, n)
+        elif need_table:
             gtable = torch.zeros_like(table)
             flat_a, flat_p, flat_i = a.reshape(B * T, n), P.reshape(B * T, n), idx.reshape(B * T)
             step = max(1, OUTER_BLOCK // (n * n))

@@ -32,11 +32,20 @@ def _grads(fn, table, idx, start, h0, mask, d, M):
     return (H.detach(), final.detach(), *torch.autograd.grad(loss, ins))
 
 
+@pytest.mark.parametrize("words", [4, 9])
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("drop_h", [False, True])
 @pytest.mark.parametrize("drop_A", [False, True])
-def test_table_scan_equals_its_reference(masked, drop_h, drop_A):
-    table, idx, start, h0, mask, d, M = _case()
+def test_table_scan_equals_its_reference(masked, drop_h, drop_A, fused, words, monkeypatch):
+    """The C++ loop over time and the PyTorch one, each against the step reference; a table
+    of at most n words (its gradient one product) and of more (outer products)."""
+    import rnnlens.ops.table_scan as ts
+
+    monkeypatch.setattr(ts, "FUSED", fused)
+    table, idx, start, h0, mask, d, M = _case(U=words)
+    if fused and not ts._fused(table):
+        pytest.skip("the C++ kernels are not available here")
     args = (table, idx, start, h0, mask if masked else None, d if drop_h else None, M if drop_A else None)
     fast, ref = _grads(table_scan, *args), _grads(table_scan_ref, *args)
     for a, b in zip(fast, ref):
@@ -53,6 +62,21 @@ def test_table_gradient_in_blocks_equals_one_block(monkeypatch):
     monkeypatch.setattr(ts, "OUTER_BLOCK", 36 * 7)          # 7 positions a block, not a divisor of 65
     for a, b in zip(_grads(table_scan, *args), whole):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_gradients_of_every_input_through_a_long_row(fused, monkeypatch):
+    """Float32 and float64 through the C++ loop (where it builds) and the PyTorch one: the
+    same states and gradients as the reference, at a length where the rows run in parallel."""
+    import rnnlens.ops.table_scan as ts
+
+    monkeypatch.setattr(ts, "FUSED", fused)
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-4)):
+        table, idx, start, h0, mask, d, M = _case(B=9, T=40, n=7, U=5, seed=3, dtype=dtype)
+        table = table / torch.linalg.matrix_norm(table, ord=2).max() * 0.9   # states stay bounded
+        args = (table, idx, start, h0, mask, d, M)
+        for a, b in zip(_grads(table_scan, *args), _grads(table_scan_ref, *args)):
+            torch.testing.assert_close(a, b, rtol=tol, atol=tol)
 
 
 def test_no_steps_and_float32():
