@@ -6,9 +6,10 @@ same model on the same batches.
 
 rnnlens: `Trainer.fit` for one epoch (no dev set), the model `build_model` makes from the
 config, exactly what `rnnlens train` runs per epoch. The plain script: nn.Embedding ->
-torch.nn.LSTM (packed sequences; with torch's spectral_norm on weight_hh_l0 where the config
-sets model.spectral_norm) -> dropout -> nn.Linear, binary cross-entropy, the config's optimizer
-(Adagrad), weight decay and gradient clipping, written as a user would.
+torch.nn.LSTM (packed sequences; with spectral normalisation on weight_hh_l0 where the config
+sets model.spectral_norm: torch's spectral_norm, or rnnlens.ops.spectral's per-gate one with
+model.spectral_norm_per_gate) -> dropout -> nn.Linear, binary cross-entropy, the config's
+optimizer (Adagrad), weight decay and gradient clipping, written as a user would.
 Both read the same BatchIterator (same order, same collation), alternate in one process,
 and the report gives each one's median seconds per epoch and per example and the ratio.
 """
@@ -39,7 +40,10 @@ def plain_epoch(batches, vocab_size: int, cfg, seed: int) -> float:
             super().__init__()
             self.emb = nn.Embedding(vocab_size, m.embedding_dim, padding_idx=0)
             self.rnn = nn.LSTM(m.embedding_dim, m.hidden_size, batch_first=True)
-            if m.spectral_norm:
+            if m.spectral_norm and m.spectral_norm_per_gate:
+                from rnnlens.ops.spectral import per_gate_spectral_norm
+                per_gate_spectral_norm(self.rnn, "weight_hh_l0")
+            elif m.spectral_norm:
                 nn.utils.parametrizations.spectral_norm(self.rnn, "weight_hh_l0")
             self.drop = nn.Dropout(m.dropout)
             self.out = nn.Linear(m.hidden_size, 1, bias=m.output_bias)
@@ -130,7 +134,7 @@ def main(argv=None) -> int:
         f"- torch {torch.__version__}, {torch.get_num_threads()} threads, CPU; 1-minute load {load0} before, {load1} after",
         f"- config: {Path(args.config).name} ({cfg.model.cell}, embedding {cfg.model.embedding_dim}, hidden "
         f"{cfg.model.hidden_size}, batch {cfg.train.batch_size}, {cfg.train.optimizer}"
-        f"{', spectral norm on the recurrent matrix' if cfg.model.spectral_norm else ''}); "
+        f"{(', spectral norm on each gate' if cfg.model.spectral_norm_per_gate else ', spectral norm on the recurrent matrix') if cfg.model.spectral_norm else ''}); "
         f"{n:,} SST-2 training examples per epoch; median of {args.repeats} epochs each, alternating",
         "",
         "| trainer | seconds per epoch | ms per example | epochs (s) |",
