@@ -103,23 +103,34 @@ def cmd_repro(args) -> int:
             write_atomic(out / f"{t.id}.html", to_html(t, results_, ctx))
             write_atomic(out / f"{t.id}.md", md)
             if results is not None:
-                _record_table(results, t, results_rows(results, t, json.loads(to_json(t, results_, ctx))), ctx)
+                _record_table(results, t, results_rows(results, t, json.loads(to_json(t, results_, ctx)), selected),
+                              ctx)
             print(md)
     print(f"wrote {out}" + (f" (records under {results})" if results is not None else ""))
     return 0
 
 
-def results_rows(results: Path, table, new: dict) -> list[dict]:
-    """The table's rows for its record: this run's, then the rows with runs that an earlier
-    record had and this run did not produce (a --rows rerun keeps the others), in the table's
-    order. An earlier row without runs (no config, missing data) is not kept: this run
-    re-derived every such row that still stands, so one it left out no longer applies (its
-    config has been written since, say, and the row simply has not been run)."""
+def results_rows(results: Path, table, new: dict, selected: set[str] | None = None) -> list[dict]:
+    """The table's rows for its record, in the table's order. With `selected` (the --rows
+    labels) only those rows are this run's: every other row keeps what the earlier record has
+    for it where that has runs (a --rows rerun never changes the rows it does not name, not
+    even one it re-read from DIR/runs with other --seeds), and takes this run's otherwise. An
+    earlier row without runs (no config, missing data) is not kept: this run re-derived every
+    such row that still stands, so one it left out no longer applies (its config has been
+    written since, say, and the row simply has not been run)."""
     from .records import read_tables
 
     old = {r["label"]: r for r in (read_tables(results).get(table.id) or {}).get("rows") or [] if r.get("runs")}
     mine = {r["label"]: r for r in new["rows"]}
-    return [mine.get(r.label) or old[r.label] for r in table.rows if r.label in mine or r.label in old]
+    out = []
+    for r in table.rows:
+        ours = mine.get(r.label)
+        if selected is not None and r.label not in selected and r.label in old:
+            ours = old[r.label]
+        ours = ours or old.get(r.label)
+        if ours is not None:
+            out.append(ours)
+    return out
 
 
 def _record_table(results: Path, table, rows: list[dict], ctx: Context) -> None:

@@ -56,6 +56,13 @@ def test_config_loads_with_every_budget(path):
             base["model"].update(embeddings_file=m.embeddings_file, freeze_embeddings=m.freeze_embeddings)
             assert base == cfg.to_dict(), f"{path.name} differs from {base_path.name} in more than its vectors"
             continue
+        if path.stem == f"{stem}-nosn":    # an ablation: its base config without spectral normalisation
+            assert not m.spectral_norm and "Without the spectral normalisation" in raw["description"]
+            base = load_config_file(path.with_name(f"{stem}.json"), budget=budget).to_dict()
+            assert base["model"]["spectral_norm"]
+            base["model"].update(spectral_norm=False, spectral_norm_per_gate=False)
+            assert base == cfg.to_dict()
+            continue
         if path.stem == f"{stem}-sn":      # the row with spectral normalisation: otherwise its base config
             assert m.spectral_norm and "spectral" in raw["description"]
             base = load_config_file(path.with_name(f"{stem}.json"), budget=budget).to_dict()

@@ -223,6 +223,22 @@ def test_a_table_record_drops_earlier_rows_without_runs(tmp_path):
     assert results_rows(tmp_path, t, {"rows": [still]})[1] == still
 
 
+def test_a_rows_rerun_changes_only_the_rows_it_names(tmp_path):
+    """A row the rerun does not name keeps its earlier record (a 3-seed row stays a 3-seed
+    row when another row is rerun with one seed); a named row takes this run's result."""
+    from rnnlens.repro.command import results_rows
+    from rnnlens.repro.records import write_table
+
+    t = Table("t", "implicit-ngrams-induced-by-recurrence", "Table 3", "title", "train", "",
+              {"key": "test_accuracy"}, {"abs": 1.5}, [Row("A", 85.0), Row("B", 85.0), Row("C", 85.0)])
+    three = _row("A", [84.0, 85.0, 86.0], runs=["a0", "a1", "a2"])
+    write_table(tmp_path, "t", _record([three, _row("B", [80.0], runs=["b0"])]))
+    new = {"rows": [_row("A", [84.0], runs=["a0"]), _row("B", [83.0], runs=["b0"]), _row("C", [85.0], runs=["c0"])]}
+    rows = {r["label"]: r for r in results_rows(tmp_path, t, new, selected={"B"})}
+    assert rows["A"] == three and rows["B"]["values"] == [83.0] and rows["C"]["runs"] == ["c0"]
+    assert {r["label"]: r for r in results_rows(tmp_path, t, new)}["A"]["values"] == [84.0]   # every row named
+
+
 def test_a_malformed_causes_file_is_one_clear_error(tmp_path):
     from rnnlens.errors import RnnlensError
     from rnnlens.repro.records import read_causes
