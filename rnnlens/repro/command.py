@@ -71,10 +71,12 @@ def cmd_repro(args) -> int:
     tables = [get_table(n) for n in names]          # every name checked before any work
     selected = None                       # --rows: the labels to run; None: every row
     if args.rows:
-        wanted = [w.lower() for w in args.rows]
-        selected = {r.label for t in tables for r in t.rows if any(w in r.label.lower() for w in wanted)}
+        def picks(w: str, label: str) -> bool:      # "=LABEL": that row alone; else a substring
+            return label.lower() == w[1:].lower() if w.startswith("=") else w.lower() in label.lower()
+
+        selected = {r.label for t in tables for r in t.rows if any(picks(w, r.label) for w in args.rows)}
         if not selected:
-            raise RnnlensError(f"no row label contains {' or '.join(map(repr, args.rows))}")
+            raise RnnlensError(f"no row label contains (or, with =, is) {' or '.join(map(repr, args.rows))}")
         tables = [t for t in tables if any(r.label in selected for r in t.rows)]
     configs = Path(args.configs) if args.configs else default_configs_dir()
     if configs is not None and not configs.is_dir():
@@ -202,8 +204,9 @@ def add_parser(sub) -> None:
     rp.add_argument("--threads", type=SIZE, default=None)
     rp.add_argument("--device", default="cpu")
     rp.add_argument("--rows", action="append", metavar="TEXT",
-                    help="run only the rows whose label contains TEXT (repeat for several); the "
-                    "table's other rows are kept where DIR/runs has their runs, and nothing is trained for them")
+                    help="run only the rows whose label contains TEXT (repeat for several; =TEXT: the row "
+                    "labelled TEXT exactly, not the rows whose labels contain it); the table's other rows are kept "
+                    "where DIR/runs has their runs, and nothing is trained for them")
     rp.add_argument("--results", help="the records folder: every run's record and every table's rows are written "
                     "there and reused from there (default: the checkout's results/; --tiny writes none unless given)")
     rp.add_argument("--render", action="store_true", help="write REPRODUCTION.md from the records alone (--results) "

@@ -84,6 +84,20 @@ def test_a_rows_rerun_keeps_the_other_rows_of_the_record(tmp_path):
     assert any(lab.startswith("3-TURN (50") for lab in labels) and "majority-class baseline" in labels
 
 
+def test_rows_with_equals_picks_the_one_label(tmp_path, capsys):
+    """--rows =LABEL runs that row alone, not the rows whose labels contain it; a text that is
+    no label with = is an error (exit 2, one line)."""
+    assert main(["repro", "urn-dyck", "--rows", "=3-TURN (50 units, 3-truncated)", "--tiny", "--out",
+                 str(tmp_path / "o"), "--quiet", "--threads", "1", "--results", str(tmp_path / "results")]) == 0
+    runs = {p.name for p in (tmp_path / "o" / "runs").iterdir()}
+    assert runs == {"dyck-turn3-tiny-seed0"}                # not the -matrix or -anneal rows' runs
+    capsys.readouterr()
+    assert main(["repro", "urn-dyck", "--rows", "=3-TURN (50", "--tiny", "--out", str(tmp_path / "p"),
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "no row label" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 def test_tiny_writes_no_records_unless_asked(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["repro", "urn-dyck", "--rows", "majority", "--tiny", "--out", "o", "--quiet"]) == 0
