@@ -116,16 +116,22 @@ def distinct_rows(flat: torch.Tensor, probe: torch.Tensor | None = None) -> tupl
     """Groups of equal rows of flat[P,E]: (first [U], the first row of each group; inv [P],
     each row's group), so that flat[first][inv] == flat.
 
-    Rows are keyed by one float64 dot product with `probe` [E] (default: a fixed random
-    vector) and grouped by key (a 1-d unique: O(P E), where torch.unique(dim=0) sorts whole
-    rows); the grouping is then checked row by row, and a collision of keys between
-    different rows falls back to torch.unique(dim=0)."""
+    Rows are keyed by one dot product with `probe` [E] (default: a fixed random vector), in
+    the rows' precision, and grouped by key (a 1-d unique: O(P E), where torch.unique(dim=0)
+    sorts whole rows); the grouping is then checked row by row, and a collision of keys
+    between different rows falls back to torch.unique(dim=0)."""
     P = flat.shape[0]
     if probe is None:
         g = torch.Generator().manual_seed(12345)
         probe = torch.randn(flat.shape[1], generator=g, dtype=torch.float64)
-    r = probe.to(device=flat.device, dtype=torch.float64)
-    _, inv = torch.unique(flat.to(torch.float64) @ r, return_inverse=True)
+    # keys in the rows' own precision (float32 rows: no float64 copy of the batch; a float64
+    # copy of a [1120, 1225] batch cost a millisecond, as much as the rest of the grouping).
+    # Equal rows may still get unequal keys (a product's summation order can differ between
+    # rows): they then form separate groups, which is only less sharing; the check below
+    # catches the other way round.
+    dtype = flat.dtype if flat.dtype in (torch.float32, torch.float64) else torch.float32
+    r = probe.to(device=flat.device, dtype=dtype)
+    _, inv = torch.unique(flat.to(dtype) @ r, return_inverse=True)
     first = _first_of_groups(inv, P)
     if not bool((flat[first[inv]] == flat).all()):
         _, inv = torch.unique(flat, dim=0, return_inverse=True)

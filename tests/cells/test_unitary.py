@@ -137,12 +137,30 @@ def test_distinct_words_equal_per_position_outputs_and_gradients(dtype, tol, E):
     assert grads[0][1:].abs().max() > 0
 
 
-def test_distinct_rows_groups_equal_rows_and_survives_key_collisions():
-    rows = torch.tensor([[1.0, 2.0], [3.0, 4.0], [1.0, 2.0], [0.0, -0.0], [0.0, 0.0], [3.0, 4.0]])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_distinct_rows_groups_equal_rows_and_survives_key_collisions(dtype):
+    rows = torch.tensor([[1.0, 2.0], [3.0, 4.0], [1.0, 2.0], [0.0, -0.0], [0.0, 0.0], [3.0, 4.0]], dtype=dtype)
     for probe in (None, torch.zeros(2)):                     # zeros: every key collides -> fallback
         first, inv = distinct_rows(rows, probe)
         assert torch.equal(rows[first][inv], rows)
         assert sorted(first.tolist()) == [0, 1, 3] and inv[0] == inv[2] and inv[3] == inv[4]
+
+
+def test_distinct_rows_of_an_embedded_batch():
+    """A float32 batch of embedded words (1,225-d, as the URN's Dyck triangles), some rows
+    repeated and some differing from another word in one entry: every group holds equal rows
+    only (a word's copies may still split into several groups: that is only less sharing)."""
+    g = torch.Generator().manual_seed(0)
+    words = torch.randn(12, 1225, generator=g)
+    near = words[3].clone()
+    near[700] += 1e-6                                        # one entry apart from word 3
+    table = torch.cat([words, near[None]])
+    idx = torch.randint(0, 13, (1120,), generator=g)
+    flat = table[idx]
+    first, inv = distinct_rows(flat)
+    assert torch.equal(flat[first][inv], flat)
+    assert not set(inv[idx == 3].tolist()) & set(inv[idx == 12].tolist())
+    assert inv.unique().numel() < 1120
 
 
 def test_dispatch_keeps_per_position_gradients_for_attribution():
