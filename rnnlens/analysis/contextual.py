@@ -71,6 +71,7 @@ from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
+from torch.nn.utils.parametrize import type_before_parametrizations
 
 from ..cells.classic import GRU, LSTM
 from ..data.batching import Batch
@@ -100,7 +101,8 @@ def _native_parts(model) -> _Parts:
     if not isinstance(enc, RNNEncoder):
         raise RnnlensError("contextual decomposition explains recurrent encoders, not the transformer or memory networks")
     cell = enc.cells[0]
-    if type(cell) not in (GRU, LSTM):
+    kind = type_before_parametrizations(cell)     # a spectrally normalised cell is a subclass
+    if kind not in (GRU, LSTM):
         raise RnnlensError(f"contextual decomposition takes the gru and lstm cells, not {cfg.cell!r}")
     if not isinstance(head, ClassificationHead) or head.mlp is not None:
         raise RnnlensError("contextual decomposition needs a sentence head with one linear layer (no MLP)")
@@ -108,7 +110,7 @@ def _native_parts(model) -> _Parts:
     D = enc.directions
     layers = [cells[k: k + D] for k in range(0, len(cells), D)]
     single = head.out.out_features == 1
-    return _Parts("lstm" if type(cell) is LSTM else "gru", layers, enc.embedding, head.out, head.pooling, single)
+    return _Parts("lstm" if kind is LSTM else "gru", layers, enc.embedding, head.out, head.pooling, single)
 
 
 def _torch_parts(model) -> _Parts:

@@ -216,6 +216,17 @@ def test_target_score_parts_add_up_to_the_logit(kind, classes, pooling):
         assert torch.equal(s.output, want.detach())
 
 
+@pytest.mark.parametrize("per_gate", [False, True])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_spectrally_normalised_cells_decompose(kind, per_gate):
+    """A cell with spectral normalisation (torch's, or per gate) is a parametrised subclass of
+    its cell: contextual decomposition still takes it, and its parts still add up."""
+    model = native(kind, 2, spectral_norm=True, spectral_norm_per_gate=per_gate)
+    batch = make_batch([[3, 4, 5, 6, 7], [8, 9]], "cpu")
+    s = ContextualDecomposition(model).attribute(batch, span=(1, 2))
+    assert max_diff(s.rel + s.irrel, model(batch)) < 1e-12
+
+
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_torch_module_and_rnnlens_twin_agree(kind):
     user = UserModel(kind).double()
