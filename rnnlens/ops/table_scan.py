@@ -61,9 +61,11 @@ def _fused(table: torch.Tensor) -> bool:
             and cpp.enabled() and cpp.load("table_scan"))
 
 
-def _given(t, like, dtype=None):
-    """t, or the empty tensor the C++ kernel reads as "not given"."""
-    return like.new_empty(0, dtype=dtype) if t is None else t
+def _optional(table, d, M, mask):
+    """d, M and mask as the C++ kernel takes them: an empty tensor for "not given"."""
+    empty = table.new_empty(0)
+    return (empty if d is None else d, empty if M is None else M,
+            table.new_empty(0, dtype=torch.bool) if mask is None else mask.bool())
 
 
 class _TableScan(torch.autograd.Function):
@@ -73,10 +75,9 @@ class _TableScan(torch.autograd.Function):
         n = table.shape[-1]
         if _fused(table) and all(x is None or x.dtype == table.dtype for x in (start, d, M, h0)):
             ctx.fused = True
-            H, P = torch.ops.rnnlens_table_scan.forward(
-                table, idx.long(), start, _given(d, table), _given(M, table), h0,
-                _given(None if mask is None else mask.bool(), table, torch.bool))
-            ctx.save_for_backward(table, idx, d, M, mask, P, start)
+            d_, M_, mask_ = _optional(table, d, M, mask)
+            H, P = torch.ops.rnnlens_table_scan.forward(table, idx.long(), start, d_, M_, h0, mask_)
+            ctx.save_for_backward(table, idx, d, M, mask, P)
             return H
         ctx.fused = False
         H, P = h0.new_empty(B, T, n), h0.new_empty(B, T, n)
@@ -88,20 +89,19 @@ class _TableScan(torch.autograd.Function):
             new = torch.bmm(p[:, None, :], _matrices(table, idx[:, t], M).transpose(1, 2))[:, 0]   # A p, as a row
             h = new if mask is None else torch.where(mask[:, t, None], new, h)
             H[:, t] = h
-        ctx.save_for_backward(table, idx, d, M, mask, P, None)
+        ctx.save_for_backward(table, idx, d, M, mask, P)
         return H
 
     @staticmethod
     @once_differentiable
     @no_autocast_backward
     def backward(ctx, gH):
-        table, idx, d, M, mask, P, start = ctx.saved_tensors
+        table, idx, d, M, mask, P = ctx.saved_tensors
         need_table, _, need_start, _, _, need_h0 = ctx.needs_input_grad[:6]
         B, T, n = P.shape
         if ctx.fused:
             a, gstart, gh = torch.ops.rnnlens_table_scan.backward(
-                gH.to(table.dtype), table, idx.long(), start, _given(d, table), _given(M, table),
-                _given(None if mask is None else mask.bool(), table, torch.bool), bool(need_start))
+                gH.to(table.dtype), table, idx.long(), *_optional(table, d, M, mask), bool(need_start))
             gstart = gstart if need_start else None
         else:
             a = gH.new_zeros(B, T, n)                 # the gradient reaching A_t p_t

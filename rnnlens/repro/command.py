@@ -124,15 +124,11 @@ def results_rows(results: Path, table, new: dict, selected: set[str] | None = No
 
     old = {r["label"]: r for r in (read_tables(results).get(table.id) or {}).get("rows") or [] if r.get("runs")}
     mine = {r["label"]: r for r in new["rows"]}
-    out = []
-    for r in table.rows:
-        ours = mine.get(r.label)
-        if selected is not None and r.label not in selected and r.label in old:
-            ours = old[r.label]
-        ours = ours or old.get(r.label)
-        if ours is not None:
-            out.append(ours)
-    return out
+    def row(label):
+        named = selected is None or label in selected
+        return (mine.get(label) or old.get(label)) if named else (old.get(label) or mine.get(label))
+
+    return [x for x in (row(r.label) for r in table.rows) if x is not None]
 
 
 def _record_table(results: Path, table, rows: list[dict], ctx: Context) -> None:

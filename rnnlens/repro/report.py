@@ -229,9 +229,9 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
         if line["row_id"] not in seen:               # budget and runs once per row, on its first line
             seen.add(line["row_id"])
             budget = f"{bname}: {budget}" if bname and budget else (budget or bname)
-            runs = ", ".join(f"`{n}`" if read_run(results_dir, n) is not None else f"`{n}` (no record)"
-                             for n in res.runs)
-            changed = sorted({c for n in res.runs for c in config_changes(read_run(results_dir, n) or {}, configs)})
+            records = {n: read_run(results_dir, n) for n in res.runs}
+            runs = ", ".join(f"`{n}`" if rec is not None else f"`{n}` (no record)" for n, rec in records.items())
+            changed = sorted({c for rec in records.values() for c in config_changes(rec or {}, configs)})
             if changed and stale is not None:
                 stale.append(f"{table.id}: {res.row.label}")
         else:

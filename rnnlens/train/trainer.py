@@ -49,11 +49,9 @@ def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     Elsewhere (another device, parameters on several, a torch without it) the default one."""
     params = list(params)
     kind = {"adagrad": torch.optim.Adagrad, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}[cfg.optimizer]
-    flat = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
-    devices = {p.device.type for p in flat}
-    fused = (len(devices) == 1 and devices <= set(FUSED_DEVICES[cfg.optimizer])
-             and all(p.is_floating_point() for p in flat))
-    if fused:
+    devices = {p.device.type for p in params}
+    fusable = devices <= set(FUSED_DEVICES[cfg.optimizer]) and all(p.is_floating_point() for p in params)
+    if len(devices) == 1 and fusable:
         try:
             return kind(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
         except (RuntimeError, TypeError, ValueError):

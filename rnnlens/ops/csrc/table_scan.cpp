@@ -126,16 +126,16 @@ std::tuple<at::Tensor, at::Tensor> table_forward(const at::Tensor& table, const 
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> table_backward(const at::Tensor& gH, const at::Tensor& table, const at::Tensor& idx,
-                                       const at::Tensor& start, const at::Tensor& d, const at::Tensor& M,
-                                       const at::Tensor& mask, bool need_start) {
+                                       const at::Tensor& d, const at::Tensor& M, const at::Tensor& mask,
+                                       bool need_start) {
   const int64_t B = idx.size(0), Tn = idx.size(1), n = table.size(2);
   at::Tensor A = at::empty({B, Tn, n}, table.options());
   at::Tensor gstart = need_start ? at::empty({B, Tn}, table.options()) : at::empty({0}, table.options());
   at::Tensor gh0 = at::empty({B, n}, table.options());
-  const at::Tensor gc = gH.contiguous(), tc = table.contiguous(), ic = idx.contiguous(), sc = start.contiguous(),
-                   dc = d.contiguous(), Mc = M.contiguous(), mc = mask.contiguous();
+  const at::Tensor gc = gH.contiguous(), tc = table.contiguous(), ic = idx.contiguous(), dc = d.contiguous(),
+                   Mc = M.contiguous(), mc = mask.contiguous();
   AT_DISPATCH_FLOATING_TYPES(table.scalar_type(), "table_backward", [&] {
-    const Args<scalar_t> a = args_of<scalar_t>(tc, ic, sc, dc, Mc, mc);
+    const Args<scalar_t> a = args_of<scalar_t>(tc, ic, tc.new_empty({0}), dc, Mc, mc);   // no start backward
     at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
       backward_rows<scalar_t>(a, gc.data_ptr<scalar_t>(), A.data_ptr<scalar_t>(),
                               need_start ? gstart.data_ptr<scalar_t>() : nullptr, gh0.data_ptr<scalar_t>(), b0, b1);
@@ -149,8 +149,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> table_backward(const at::Tensor& 
 TORCH_LIBRARY(rnnlens_table_scan, m) {
   m.def("forward(Tensor table, Tensor idx, Tensor start, Tensor d, Tensor M, Tensor h0, Tensor mask) "
         "-> (Tensor, Tensor)");
-  m.def("backward(Tensor gH, Tensor table, Tensor idx, Tensor start, Tensor d, Tensor M, Tensor mask, "
-        "bool need_start) -> (Tensor, Tensor, Tensor)");
+  m.def("backward(Tensor gH, Tensor table, Tensor idx, Tensor d, Tensor M, Tensor mask, bool need_start) "
+        "-> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(rnnlens_table_scan, CPU, m) {
