@@ -45,6 +45,7 @@ RANGES: dict[str, tuple] = {
     "train.batch_size": _AT_LEAST_1, "train.clip": _POSITIVE, "train.patience": _AT_LEAST_1, "train.seed": _SEED,
     "train.lr_decay": (0, 1, True, False), "train.threads": _AT_LEAST_1, "train.time_limit": _POSITIVE,
     "train.lr_halve_after": _AT_LEAST_1, "train.checkpoint_every": _AT_LEAST_1,
+    "train.lr_decay_patience": _AT_LEAST_1,
 }
 
 
@@ -161,7 +162,12 @@ class TrainConfig:
     patience: int = 3                 # epochs without dev improvement before stopping
     seed: int = 0
     device: str = "cpu"
-    lr_decay: float = 1.0             # multiply lr by this after an epoch without dev improvement
+    lr_decay: float = 1.0             # multiply lr by this after lr_decay_patience epochs in a row
+                                      # without dev improvement
+    lr_decay_patience: int = 1        # bad epochs in a row before each lr_decay (counted again from
+                                      # zero after a decay: ReduceLROnPlateau's patience; e.g. Peng et
+                                      # al.'s "halve if dev does not improve for 10 epochs" is
+                                      # lr_decay 0.5, lr_decay_patience 10)
     threads: int | None = None        # CPU threads for torch (None: torch's default)
     time_limit: float | None = None   # wall-clock seconds: no new epoch starts once they are spent
     lr_halve_after: int | None = None  # halve lr at the end of every epoch >= this (paper's 4:

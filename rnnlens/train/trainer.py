@@ -117,6 +117,7 @@ class Trainer:
         self._best: tuple[float, float] = (-math.inf, -math.inf)
         self._best_state: dict | None = None
         self._bad = 0                      # epochs without improvement
+        self._bad_decay = 0                # of those, the ones since the last lr decay
         self._skips = 0                    # non-finite batches skipped in a row
         self._start = time.perf_counter()  # minus the seconds trained before a resume
         self._resume_pos: dict | None = None   # where in an epoch a resumed run continues
@@ -198,7 +199,7 @@ class Trainer:
             "data_epoch": (getattr(batches, "epoch", None) if pos is None else self._data_epoch),
             "sums": None if pos is None else {"loss_sum": pos["loss_sum"], "n": pos["n"], "metrics": pos["sums"]},
             "carry": len(carry or []),
-            "best": list(self._best), "bad": self._bad, "best_epoch": self.best_epoch, "skips": self._skips,
+            "best": list(self._best), "bad": self._bad, "bad_decay": self._bad_decay, "best_epoch": self.best_epoch, "skips": self._skips,
             "has_best_state": self._best_state is not None,
             "history": self.history, "seconds": time.perf_counter() - self._start,
             "rng": rng_js, "optimizer": opt_js,
@@ -218,6 +219,7 @@ class Trainer:
         self.step, self.finished = s["step"], s["finished"]
         self.epoch = s["epoch"] - (1 if s["batches_done"] else 0)     # epochs finished
         self._best, self._bad, self.best_epoch = tuple(s["best"]), s["bad"], s["best_epoch"]
+        self._bad_decay = s.get("bad_decay", self._bad)     # checkpoints written before it: every bad epoch
         self._skips = s["skips"]
         self._best_state = unprefixed("best.", t) if s["has_best_state"] else None
         self.history = list(s["history"])
@@ -398,11 +400,13 @@ class Trainer:
                 score = (-train["loss"], 0.0)
             record["seconds"] = round(time.perf_counter() - t0, 3)
             if score > self._best:
-                self._best, self._bad, self.best_epoch = score, 0, epoch
+                self._best, self._bad, self._bad_decay, self.best_epoch = score, 0, 0, epoch
                 self._best_state = copy.deepcopy(self.model.state_dict())
             else:
                 self._bad += 1
-                if self.cfg.lr_decay < 1.0:
+                self._bad_decay += 1
+                if self.cfg.lr_decay < 1.0 and self._bad_decay >= self.cfg.lr_decay_patience:
+                    self._bad_decay = 0
                     for group in self.optimizer.param_groups:
                         group["lr"] *= self.cfg.lr_decay
             if self.cfg.lr_halve_after is not None and epoch >= self.cfg.lr_halve_after:

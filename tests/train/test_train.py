@@ -56,6 +56,22 @@ def test_early_stopping_when_dev_does_not_improve():
     assert len(hist) == 3                      # the first epoch, then two without improvement
 
 
+@pytest.mark.parametrize("decay_patience,lrs", [     # the rate after each of the 8 epochs
+    (1, [1, 1, .5, .25, .25, .125, .0625, .03125]),      # every bad epoch
+    (2, [1, 1, 1, .5, .5, .5, .25, .25]),                # ReduceLROnPlateau(patience=2)
+    (3, [1, 1, 1, 1, 1, 1, 1, .5]),                      # an improvement starts the count again
+])
+def test_lr_decays_after_its_own_patience_and_counts_again_after_each_decay(monkeypatch, decay_patience, lrs):
+    model, cfg, train, dev = small_setup("sgd", 1.0, epochs=8)
+    cfg.train.patience, cfg.train.lr_decay, cfg.train.lr_decay_patience = 10, 0.5, decay_patience
+    trainer = Trainer(model, cfg.train, progress=False)
+    scores = iter([0.5, 0.6, 0.6, 0.6, 0.7, 0.7, 0.7, 0.7])      # bad epochs: 3, 4; 6, 7, 8
+    monkeypatch.setattr(trainer, "evaluate", lambda batches: {"loss": 1.0, "accuracy": next(scores)})
+    monkeypatch.setattr(trainer, "_train_epoch", lambda epoch, batches: {"loss": 1.0})
+    hist = trainer.fit(train, dev)
+    assert [r["lr"] for r in hist] == lrs             # record["lr"]: the rate for the next epoch
+
+
 def test_time_limit_stops_between_epochs_and_keeps_the_best(tmp_path):
     model, cfg, train, dev = small_setup(epochs=20)
     cfg.train.time_limit = 1e-9                  # spent by the end of the first epoch
