@@ -39,12 +39,19 @@ commit, device, threads, seed, budget, wall time, test metrics) and its `metrics
   budget, within), **within (quick)** (a quick budget that lands within), **missed** (worse by
   more than the tolerance), **above the paper** (better by more than the tolerance: flagged
   for a look, not passed), and orderings the paper states, checked on our own numbers.
+- An **ablation** row changes one thing of the paper's setting on purpose (its note says
+  what: without the paper's spectral normalisation, without its pre-trained vectors, ...). It
+  is shown beside the paper's number with where it lands, and counted apart: it is not the
+  paper's row, so it is neither reproduced nor missed.
 - A dataset a paper used that is not in the shared data gives a row marked "missing data",
   never a substitute. `rnnlens repro --list` shows every table and what it needs.
 """
 
 VERDICT = {"reproduced": "reproduced", "within-quick": "within (quick)", "missed": "missed",
            "above": "above the paper", "": ""}
+# an ablation row's verdict: where it lands against the paper, counted apart (Row.extra["ablation"])
+ABLATION = {"reproduced": "ablation: within", "within-quick": "ablation: within (quick)",
+            "missed": "ablation: worse", "above": "ablation: better", "": ""}
 
 
 def _verdict(ok, budget_name: str) -> str:
@@ -223,10 +230,12 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
         res = by_id[line["row_id"]]
         bname = res.budget_name
         v = _verdict(line["ok"], bname)
+        ablation = bool(res.row.extra.get("ablation"))
         if v:
-            verdicts.append(v)
+            verdicts.append("ablation" if ablation else v)
         budget, runs = line["budget"], ""
-        if line["row_id"] not in seen:               # budget and runs once per row, on its first line
+        first = line["row_id"] not in seen
+        if first:                                    # budget and runs once per row, on its first line
             seen.add(line["row_id"])
             budget = f"{bname}: {budget}" if bname and budget else (budget or bname)
             records = {n: read_run(results_dir, n) for n in res.runs}
@@ -240,11 +249,14 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
         if changed:
             note = (f"**config changed since this run:** {', '.join(changed)}; the row stands as it was run "
                     "until it is run again" + (f"; {note}" if note else ""))
+        if ablation and first:
+            note = f"**ablation:** {res.row.extra['ablation']}" + (f"; {note}" if note else "")
         if v in OUTSIDE and causes.get(res.row.label):
-            named += 1
+            named += not ablation
             note = f"**why:** {causes[res.row.label]}" + (f"; {note}" if note else "")
         cells = [line["label"], line["dataset"], format_value(line["paper"], line["digits"]), format_ours(line),
-                 format_value(line["diff"], line["digits"]), VERDICT[v], budget, line["data"], runs, note]
+                 format_value(line["diff"], line["digits"]), (ABLATION if ablation else VERDICT)[v], budget,
+                 line["data"], runs, note]
         out.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
     for what, ours, ok in ordering_checks(table, results):
         v = "reproduced" if ok and all(budget_of.get(x) == "full" for x in what.split(" < ")) else \
@@ -275,18 +287,20 @@ def render(results_dir: Path, figures: str | None = "results/figures", configs: 
             continue
         text, verdicts, named = table_markdown(table, recs[tid], results_dir, causes.get(tid), figures, configs, stale)
         sections.setdefault(table.paper, []).append(text)
-        count = {k: verdicts.count(k) for k in ("reproduced", "within-quick", "missed", "above")}
+        count = {k: verdicts.count(k) for k in ("reproduced", "within-quick", "missed", "above", "ablation")}
         shown = sum(1 for r in recs[tid].get("rows") or [] if r.get("status") == "ok")
         summary.append(f"| {tid} | {shown} of {len(table.rows)} | {count['reproduced']} | {count['within-quick']} | "
-                       f"{count['missed']} | {count['above']} | {named} of {count['missed'] + count['above']} |")
+                       f"{count['missed']} | {count['above']} | {named} of {count['missed'] + count['above']} | "
+                       f"{count['ablation']} |")
     runs = sorted(p.name for p in (results_dir / RUNS).iterdir()) if (results_dir / RUNS).is_dir() else []
     out = [INTRO, "## Summary", "",
            f"{len(recs)} tables with results, from {len(runs)} recorded runs. Counts are of result lines "
            "(a row with numbers per attractor count or per length has one line each) and stated orderings. "
            "A line outside its tolerance (missed, or above the paper) says why in its note where the cause "
-           "is known (results/notes/causes.json, citing the evidence); the last column counts those.", "",
-           "| table | rows with results | reproduced | within (quick) | missed | above the paper | why named |",
-           "|---|---|---|---|---|---|---|", *summary, ""]
+           "is known (results/notes/causes.json, citing the evidence); \"why named\" counts those. "
+           "Ablation lines (the paper's setting with one thing changed on purpose) are counted apart.", "",
+           "| table | rows with results | reproduced | within (quick) | missed | above the paper | why named | ablations |",
+           "|---|---|---|---|---|---|---|---|", *summary, ""]
     if stale:
         out += [f"{len(stale)} row{'s' if len(stale) > 1 else ''} ran under a config that has changed since "
                 f"(its note says what changed; it stands as it was run until it is run again): "

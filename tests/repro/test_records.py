@@ -160,7 +160,27 @@ def test_causes_are_shown_only_where_a_line_is_outside_and_counted(tmp_path, mon
 
     monkeypatch.setattr(report, "load_tables", lambda: {"t": t})
     out = render(tmp_path)
-    assert "| t | 3 of 3 | 1 | 0 | 1 | 1 | 1 of 2 |" in out
+    assert "| t | 3 of 3 | 1 | 0 | 1 | 1 | 1 of 2 | 0 |" in out
+
+
+def test_an_ablation_row_shows_where_it_lands_and_is_counted_apart(tmp_path, monkeypatch):
+    t = Table("t", "implicit-ngrams-induced-by-recurrence", "Table 3", "title", "train", "",
+              {"key": "test_accuracy", "higher_is_better": True, "unit": "%"}, {"abs": 1.5},
+              [Row("A", 85.0), Row("A (no vectors)", 85.0, extra={"ablation": "random embeddings"}),
+               Row("B (no vectors)", 85.0, extra={"ablation": "random embeddings"})])
+    rec = _record([_row("A", [80.0]), _row("A (no vectors)", [78.0]), _row("B (no vectors)", [85.5])])
+    causes = {"A": "a cause", "A (no vectors)": "the vectors"}
+    text, verdicts, named = table_markdown(t, rec, tmp_path, causes)
+    assert verdicts == ["missed", "ablation", "ablation"] and named == 1    # only the paper's row needs one
+    line = next(x for x in text.splitlines() if x.startswith("| A (no vectors) |"))
+    assert "| ablation: worse |" in line and "**ablation:** random embeddings" in line and "the vectors" in line
+    assert "| ablation: within |" in next(x for x in text.splitlines() if x.startswith("| B (no vectors) |"))
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "t.json").write_text(json.dumps(rec))
+    import rnnlens.repro.report as report
+
+    monkeypatch.setattr(report, "load_tables", lambda: {"t": t})
+    assert "| t | 3 of 3 | 0 | 0 | 1 | 0 | 0 of 1 | 2 |" in render(tmp_path)
 
 
 def test_a_row_whose_config_file_changed_since_its_run_says_so(tmp_path, monkeypatch):
