@@ -98,10 +98,22 @@ BASELINES = {"majority_baseline": _dyck_majority, "ner_lookup_baseline": _ner_lo
 
 @kind("crossserial-by-length")
 def crossserial_row(ctx: Context, table: Table, row: Row) -> RowResult:
-    res = per_seed(ctx, row, lambda run: _errors(run.test["test_by_length"]), weights=False)
+    """Full-string error by length m+n from the test record. Checks: the mean over lengths,
+    and the error over the whole test set against the row's "max_string_error" (the paper's
+    "less than ten percent error rate on average on the test set") where it has one."""
+    overall = []
+
+    def read(run):
+        overall.append(float(run.test["test_string_error"]))
+        return _errors(run.test["test_by_length"])
+
+    res = per_seed(ctx, row, read, weights=False)
     if res.values:
         mean = sum(sum(v.values()) / max(len(v), 1) for v in res.values) / len(res.values)
         res.checks.append(("mean error over lengths", f"{mean:.3f}", None))
+        limit, whole = row.extra.get("max_string_error"), sum(overall) / len(overall)
+        res.checks.append(("string error over the whole test set", f"{whole:.3f}",
+                           None if limit is None else whole <= limit))
     return res
 
 
