@@ -12,15 +12,16 @@ import math
 from pathlib import Path
 
 
-def integer(least: int):
-    """An integer >= least."""
+def integer(least: int, most: int | None = None):
+    """An integer >= least (and <= most)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"must be >= {least}, got {value}")
+        if value < least or (most is not None and value > most):
+            raise argparse.ArgumentTypeError(f"must be {f'in [{least}, {most}]' if most is not None else f'>= {least}'}, "
+                                             f"got {value}")
         return value
     return parse
 
@@ -40,7 +41,8 @@ def number(positive: bool):
 
 COUNT = integer(0)              # 0 allowed: the flag's help says what 0 means
 SIZE = integer(1)               # sizes, steps, batch sizes, top-k
-SEED = integer(0)
+SEED = integer(0, 2**32 - 1)    # what torch, numpy and gensim take
+THREADS = integer(1, 4096)      # rnnlens.ops.threads.set_threads caps it at the CPUs there are
 POSITIVE = number(True)
 NON_NEGATIVE = number(False)
 

@@ -29,21 +29,27 @@ PRECISIONS = ("float32", "bf16")
 # and float field is listed.
 _ANY, _AT_LEAST_0, _AT_LEAST_1 = (None, None, False, False), (0, None, False, False), (1, None, False, False)
 _POSITIVE, _FRACTION, _SEED = (0, None, True, False), (0, 1, False, True), (0, 2**32 - 1, False, False)
+# Upper bounds far beyond any model or dataset this runs, so that a slip (an extra zero or
+# ten) is a clear error rather than an hour of allocation or a C++ overflow.
+_WIDTH = (1, 2**20, False, False)       # a layer's width
+_STACK = (1, 1024, False, False)        # layers
+_STRINGS = (1, 10**8, False, False)     # generated corpora: strings
+_FORMAL = (1, 1000, False, False)       # generated corpora: depth and length bounds (memory grows as k^2)
 RANGES: dict[str, tuple] = {
     "data.max_train_examples": _AT_LEAST_1, "data.max_length": _AT_LEAST_1, "data.bptt": _AT_LEAST_1,
     "data.corpus_seed": _SEED, "data.min_count": _AT_LEAST_1, "data.max_vocab": _AT_LEAST_1,
-    "data.train_size": _AT_LEAST_1, "data.dev_size": _AT_LEAST_0, "data.test_size": _AT_LEAST_1,
-    "data.train_depth": _AT_LEAST_1, "data.test_depth": _AT_LEAST_1, "data.train_k": _AT_LEAST_1,
-    "data.test_k": _AT_LEAST_1,
-    "model.embedding_dim": _AT_LEAST_1, "model.hidden_size": _AT_LEAST_1, "model.layers": _AT_LEAST_1,
-    "model.mlp_hidden": _AT_LEAST_1, "model.dropout": _FRACTION, "model.embedding_dropout": _FRACTION,
+    "data.train_size": _STRINGS, "data.dev_size": (0, 10**8, False, False), "data.test_size": _STRINGS,
+    "data.train_depth": _FORMAL, "data.test_depth": _FORMAL, "data.train_k": _FORMAL,
+    "data.test_k": _FORMAL,
+    "model.embedding_dim": _WIDTH, "model.hidden_size": _WIDTH, "model.layers": _STACK,
+    "model.mlp_hidden": _WIDTH, "model.dropout": _FRACTION, "model.embedding_dropout": _FRACTION,
     "model.layer_dropout": _FRACTION, "model.recurrent_dropout": _FRACTION, "model.adaptive_softmax": _AT_LEAST_1,
-    "model.heads": _AT_LEAST_1, "model.clamp": _POSITIVE, "model.window": _AT_LEAST_1,
+    "model.heads": _WIDTH, "model.clamp": _POSITIVE, "model.window": _WIDTH,
     "model.truncation": _AT_LEAST_1, "model.init_range": _POSITIVE, "model.forget_bias": _ANY,
-    "model.memory_size": _AT_LEAST_1, "model.checkpoint_chunk": _AT_LEAST_1,
+    "model.memory_size": _WIDTH, "model.checkpoint_chunk": _AT_LEAST_1,
     "train.lr": _POSITIVE, "train.weight_decay": _AT_LEAST_0, "train.epochs": _AT_LEAST_1,
     "train.batch_size": _AT_LEAST_1, "train.clip": _POSITIVE, "train.patience": _AT_LEAST_1, "train.seed": _SEED,
-    "train.lr_decay": (0, 1, True, False), "train.threads": _AT_LEAST_1, "train.time_limit": _POSITIVE,
+    "train.lr_decay": (0, 1, True, False), "train.threads": (1, 4096, False, False), "train.time_limit": _POSITIVE,
     "train.lr_halve_after": _AT_LEAST_1, "train.checkpoint_every": _AT_LEAST_1,
     "train.lr_decay_patience": _AT_LEAST_1,
 }

@@ -182,8 +182,11 @@ def build_cell(cfg: ModelConfig, input_size: int):
     normalised with cfg.spectral_norm (each gate's block apart with cfg.spectral_norm_per_gate,
     rnnlens.ops.spectral). Every recurrent layer of every encoder is built here."""
     extra = {"truncation": cfg.truncation} if cfg.truncation is not None else {}
-    cell = CELLS[cfg.cell](input_size, cfg.hidden_size, **extra)
-    cell.configure(cfg)
+    try:
+        cell = CELLS[cfg.cell](input_size, cfg.hidden_size, **extra)
+        cell.configure(cfg)
+    except ValueError as e:           # a setting the cell cannot take (mm's hidden size d*d, ...)
+        raise RnnlensError(f"model.cell {cfg.cell}: {e}") from None
     if cfg.spectral_norm:
         from torch.nn.utils.parametrizations import spectral_norm
 

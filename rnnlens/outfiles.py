@@ -7,7 +7,9 @@ line naming the live one. The kernel drops the lock when its process ends, howev
 
 `replacing(path)` writes one file: the temporary file is created new (O_EXCL) under an
 unpredictable name, so a link planted under a name the tool would pick is never followed,
-and an interrupted write never leaves a half-written file where the user asked for one.
+and an interrupted write never leaves a half-written file where the user asked for one. A
+path that names a device or a pipe (/dev/null, /dev/stdout, a FIFO) is written through, never
+replaced by a regular file; a path that names a folder is an error.
 """
 from __future__ import annotations
 
@@ -131,12 +133,50 @@ def _remove_empty(folders: list[Path]) -> None:
             return
 
 
+def check_new_file(path: str | Path, force: bool) -> Path:
+    """Before any work, that the file `path` can be written: not a folder, in a folder that
+    exists, and (without force) not an existing regular file. A device or a pipe (/dev/null,
+    /dev/stdout) is written through by replacing(), so it needs no force."""
+    p = Path(path)
+    if p.is_dir():
+        raise RnnlensError(f"{p} is a folder; give the path of the file to write")
+    if p.is_file() and not force:
+        raise RnnlensError(f"{p} exists; use --force to replace it")
+    if not p.exists() and not (p.parent if str(p.parent) else Path(".")).is_dir():
+        raise RnnlensError(f"folder {p.parent} does not exist")
+    return p
+
+
+def _through(path: Path, suffix: str):
+    """replacing() for a path that is not a regular file: the block writes a private
+    temporary file, whose bytes are then copied into `path` (opened for writing, not
+    replaced)."""
+    fd, name = tempfile.mkstemp(prefix="rnnlens-", suffix=suffix)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        try:
+            with open(tmp, "rb") as src, open(path, "wb") as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+        except OSError as e:
+            raise RnnlensError(f"cannot write {path}: {e.strerror}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 @contextmanager
 def replacing(path: str | Path, suffix: str = ".tmp"):
     """Yield a new empty file's path in path's folder; it replaces `path` when the block
     succeeds and is removed when it fails; `path` is locked for the block (writing).
     suffix: e.g. ".png" for writers that pick the format from the name."""
     path = Path(path)
+    if path.is_dir():
+        raise RnnlensError(f"{path} is a folder; give the path of the file to write")
+    if path.exists() and not path.is_file():         # a device, a pipe, a socket: write through
+        yield from _through(path, suffix)
+        return
     with writing(path):
         try:
             fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)

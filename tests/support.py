@@ -179,3 +179,24 @@ def train_tiny(root, out, *extra):
             "--embedding-dim", "8", "--hidden-size", "8", "--epochs", "1", "--quiet", "--out", str(out), *extra]
     assert main(args) == 0
     return out
+
+
+UNTRAINED_WORDS = ["the", "film", "was", "good", "bad", "not", "very", "<eos>"]
+
+
+def untrained_checkpoint(path, task="classify", labels=("negative", "positive"), data=None, words=UNTRAINED_WORDS,
+                         **model) -> Path:
+    """A checkpoint of an untrained model (embedding and hidden 4 unless **model says
+    otherwise) over `words`: enough for the commands' input checks, no training time."""
+    from rnnlens.data.vocab import Vocab
+    from rnnlens.models import RNNModel
+    from rnnlens.train.checkpoint import save_checkpoint
+    from rnnlens.config import Config
+
+    cfg = Config.from_dict({"data": data or {}, "model": {"embedding_dim": 4, "hidden_size": 4, **model}})
+    vocab = Vocab(words)
+    labels = None if labels is None else list(labels)
+    path.mkdir(parents=True)
+    save_checkpoint(path, RNNModel(cfg.model, len(vocab), task, labels, sentence_level=cfg.data.sentence_level),
+                    cfg, vocab, labels, task)
+    return path

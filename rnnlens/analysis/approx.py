@@ -140,6 +140,10 @@ def approx_error(model, batches) -> dict:
     """
     from ..errors import RnnlensError
 
+    if not getattr(model.encoder, "cells", None):
+        raise RnnlensError(f"approx-error compares a recurrent cell's states with its linear view; this model's "
+                           f"encoder ({type(model.encoder).__name__}) has no single cell to compare "
+                           "(a memory network: `rnnlens attention` shows what its memory block reads)")
     model.eval()
     lm = getattr(model, "task", None) == "lm"
     device = next(model.parameters()).device

@@ -14,6 +14,7 @@ Q(w_m) ... Q(w_1) (the paper's monoid w1 . w2 = w2 x w1); phrase_embedding build
 """
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -184,12 +185,13 @@ def frobenius_table(mats, names: Sequence[str] | None = None, squared: bool = Tr
 def phrase_embedding(mats) -> torch.Tensor:
     """The matrix of a phrase w_1 ... w_m from its words' matrices in reading order,
     mats[m, n, n] (or a list): Q(w_m) ... Q(w_1), so that running the cell over the phrase
-    from h gives phrase_embedding(mats) @ h (h_t = Q(x_t) h_{t-1}). Identity for m = 0."""
+    from h gives phrase_embedding(mats) @ h (h_t = Q(x_t) h_{t-1}). Identity for m = 0. The
+    product is accumulated in float64 and returned in mats' dtype."""
     M = _stack(mats)
-    out = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device)
+    out = torch.eye(M.shape[-1], dtype=torch.float64, device=M.device)
     for Qi in M:
-        out = Qi @ out
-    return out
+        out = Qi.double() @ out
+    return out.to(M.dtype)
 
 
 @torch.no_grad()
@@ -216,4 +218,7 @@ def word_matrices(model_or_cell, embedding=None, vocab=None, words: Sequence[str
         raise RnnlensError(f"not in the vocabulary: {', '.join(missing)}")
     weight = embedding.weight if hasattr(embedding, "weight") else embedding
     ids = torch.tensor([stoi[w] for w in words], dtype=torch.long, device=weight.device)
-    return cell.word_matrix(weight[ids])
+    # in float64 (a copy of the cell): a float32 Q is orthogonal to about 1e-7, and a phrase of
+    # some hundreds of words multiplies that drift past what signature() accepts
+    cell64 = copy.deepcopy(cell).double()
+    return cell64.word_matrix(weight[ids].double())

@@ -16,6 +16,7 @@ from typing import Iterable, Iterator
 import torch
 
 from ..data.batching import Example, collate
+from ..data.tokenize import clean_text
 from ..errors import RnnlensError
 from .run import Run
 
@@ -49,7 +50,7 @@ def read_texts(lines: Iterable[str], fmt: str = "auto", name: str = "input") -> 
             text = obj.get("text") if isinstance(obj, dict) else obj
             if not isinstance(text, str):
                 raise RnnlensError(f"{name}:{no}: expected an object with a \"text\" string, or a JSON string")
-            yield no, text
+            yield no, clean_text(text)
 
 
 # --- predicting ------------------------------------------------------------------------------

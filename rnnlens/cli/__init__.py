@@ -7,7 +7,7 @@ import errno
 import os
 import sys
 
-from ..argtypes import SIZE
+from ..argtypes import THREADS
 from ..errors import RnnlensError
 from . import (
     attention,
@@ -61,7 +61,7 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
     add_repro_parser(sub)
     for name, sp in sub.choices.items():
         if name in THREADED and not any("--threads" in a.option_strings for a in sp._actions):
-            sp.add_argument("--threads", dest="torch_threads", type=SIZE, default=None, metavar="N",
+            sp.add_argument("--threads", dest="torch_threads", type=THREADS, default=None, metavar="N",
                             help="torch threads (default: torch's)")
     return p
 
@@ -100,17 +100,30 @@ def _pipe_closed() -> int:
     return PIPE_CLOSED
 
 
+def _clean_texts(args) -> None:
+    """The texts given on the command line (--text, a text argument) with any byte that is not
+    UTF-8 made U+FFFD: printing or plotting them must not fail (paths are left as given)."""
+    from ..data.tokenize import clean_text
+
+    v = getattr(args, "text", None)
+    if isinstance(v, str):
+        args.text = clean_text(v)
+    elif isinstance(v, list):
+        args.text = [clean_text(t) if isinstance(t, str) else t for t in v]
+
+
 def main(argv: list[str] | None = None) -> int:
     _tolerant_output()
     try:
         words = sys.argv[1:] if argv is None else list(argv)
         named = next((w for w in words if not w.startswith("-")), None)   # the subcommand, if any
         args = build_parser(named).parse_args(argv)
+        _clean_texts(args)
         threads = getattr(args, "torch_threads", None)
         if threads:                    # the commands that take --threads and do not set it themselves
-            import torch
+            from ..ops.threads import set_threads
 
-            torch.set_num_threads(threads)
+            set_threads(threads)
         try:
             code = args.func(args)
         except RnnlensError as e:
@@ -123,6 +136,16 @@ def main(argv: list[str] | None = None) -> int:
                     if args.command == "train" and out else "")
             print(f"rnnlens: interrupted{hint}", file=sys.stderr)
             return 130
+        except MemoryError:
+            print("rnnlens: error: out of memory (smaller sizes, batches or inputs need less)", file=sys.stderr)
+            return 2
+        except RuntimeError as e:
+            first = (str(e).strip().splitlines() or [""])[0]
+            if type(e).__name__ != "OutOfMemoryError" and "can't allocate memory" not in first:
+                raise
+            print(f"rnnlens: error: out of memory: {first[:300]} (smaller sizes, batches or inputs need less)",
+                  file=sys.stderr)
+            return 2
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..argtypes import new_file
 from ..errors import RnnlensError
+from ..outfiles import check_new_file
 from .common import _load_run, _scores_line
 
 
@@ -14,8 +15,8 @@ def cmd_eval(args) -> int:
     from ..train.trainer import Trainer
 
     png = Path(args.png) if args.png else None
-    if png is not None and png.exists() and not args.force:     # refuse before any work
-        raise RnnlensError(f"{png} exists; use --force to replace it")
+    if png is not None:                                          # refuse before any work
+        check_new_file(png, args.force)
     check_device(args.device)
     run = _load_run(args, device=args.device)
     run.config.train.device = args.device

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..argtypes import SIZE, new_file
 from ..errors import RnnlensError
+from ..outfiles import check_new_file
 from .common import _load_run
 
 STREAM_TOKENS = 400       # longer texts are explained by the streamed top-k
@@ -18,8 +19,8 @@ DOCUMENT_CHUNK = 2048     # tokens of a document in one linear view (memory per 
 def cmd_explain(args) -> int:
     png = Path(args.png) if args.png else None
     # before any work: the parser's `new_file` refused a folder or a missing parent folder
-    if png is not None and png.exists() and not args.force:
-        raise RnnlensError(f"{png} exists; use --force to replace it")
+    if png is not None:
+        check_new_file(png, args.force)
     if args.lines is not None:
         return _explain_lines(args)
     if args.out is not None:

@@ -5,25 +5,26 @@ import json
 import sys
 from pathlib import Path
 
-from ..argtypes import COUNT, SIZE, new_file
+from ..argtypes import COUNT, SIZE, THREADS, new_file
 from ..errors import RnnlensError
+from ..outfiles import check_new_file
 
 CHUNK = 4096          # texts read, predicted and written at a time: memory stays bounded
 
 
 def cmd_predict(args) -> int:
-    import torch
-
     from ..app.predict import FORMATS, Predictor, read_texts
     from ..app.run import Run
 
     out = Path(args.out) if args.out else None
-    if out is not None and out.exists() and not args.force:     # refuse before any work
-        raise RnnlensError(f"{out} exists; use --force to replace it")
+    if out is not None:                                          # refuse before any work
+        check_new_file(out, args.force)
     if args.format not in FORMATS:
         raise RnnlensError(f"--format must be one of {', '.join(FORMATS)}")
     if args.threads:
-        torch.set_num_threads(args.threads)
+        from ..ops.threads import set_threads
+
+        set_threads(args.threads)
     run = Run.load(args.model)
     predictor = Predictor(run, batch_size=args.batch_size, explain=args.explain)
     if args.file == "-":
@@ -93,7 +94,7 @@ def add_parser(sub) -> None:
     p.add_argument("--explain", type=COUNT, default=0, metavar="K",
                    help="sentence-level models: add the K n-grams that contribute most to each prediction")
     p.add_argument("--batch-size", type=SIZE, default=64)
-    p.add_argument("--threads", type=SIZE, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--threads", type=THREADS, default=None, help="torch threads (default: torch's)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_predict)

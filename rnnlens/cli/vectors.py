@@ -1,7 +1,7 @@
 """`rnnlens vectors`: word2vec vectors of a corpus, in the GloVe text format."""
 from __future__ import annotations
 
-from ..argtypes import COUNT, POSITIVE, SEED, SIZE
+from ..argtypes import COUNT, POSITIVE, SEED, SIZE, THREADS
 
 
 def cmd_vectors(args) -> int:
@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
     wv.add_argument("--min-count", type=COUNT, default=5, help="ignore words rarer than this (default 5)")
     wv.add_argument("--window", type=SIZE, default=5, help="context words on each side (default 5)")
     wv.add_argument("--seed", type=SEED, default=0)
-    wv.add_argument("--threads", type=SIZE, default=1,
+    wv.add_argument("--threads", type=THREADS, default=1,
                     help="worker threads (default 1: the only setting that is reproducible bit for bit)")
     wv.add_argument("--normalize", action="store_true", help="write unit-length vectors")
     wv.add_argument("--std", type=POSITIVE, help="then scale all vectors by one factor to this coordinate "

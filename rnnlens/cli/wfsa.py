@@ -5,6 +5,7 @@ from pathlib import Path
 
 from ..argtypes import COUNT, SIZE
 from ..errors import RnnlensError
+from ..outfiles import check_new_file
 
 
 def cmd_wfsa(args) -> int:
@@ -20,10 +21,7 @@ def cmd_wfsa(args) -> int:
 
     dot = Path(args.dot) if args.dot else None
     if dot is not None:
-        if dot.exists() and not args.force:
-            raise RnnlensError(f"{dot} exists; use --force to replace it")
-        if not dot.parent.is_dir():
-            raise RnnlensError(f"folder {dot.parent} does not exist")
+        check_new_file(dot, args.force)
     run = Run.load(args.model)
     model, cfg, vocab = run.model, run.config, run.vocab
     cells = getattr(model.encoder, "cells", None)

@@ -39,6 +39,8 @@ class Dataset:
     labels: class names (index = class id) for classify/relation/agreement, tag names for
         tag, the predicted symbols for dyck/crossserial; None for regress and lm.
     notes: human-readable facts about provenance, splits and counts.
+    lowercase: whether the tokens were case-folded: a trained model's new texts are read the
+        same way (the tokenizer its checkpoint records).
     """
 
     name: str
@@ -46,6 +48,7 @@ class Dataset:
     splits: dict[str, list[Example]]
     labels: list[str] | None
     notes: list[str] = field(default_factory=list)
+    lowercase: bool = True
 
 
 # --- shared helpers -------------------------------------------------------------
@@ -309,7 +312,7 @@ def load_conll2003(data_dir, seed: int = 0) -> Dataset:
     base = entity_lookup_baseline(rows["train"], rows["test"])
     notes.append(f"entity lookup baseline (each training entity of one type, looked up; no training): "
                  f"test F1 {base['f1'] * 100:.2f}")
-    return Dataset("conll2003", "tag", splits, labels, notes)
+    return Dataset("conll2003", "tag", splits, labels, notes, lowercase=False)
 
 
 # --- language modelling ---------------------------------------------------------
@@ -320,7 +323,7 @@ def _load_lm(name: str, files: dict[str, str], what: str):
         counts = ", ".join(f"{k} {len(v[0].tokens):,}" for k, v in splits.items())
         notes = [f"{what}; one token stream per split with <eos> after every line (pytorch/examples)",
                  f"tokens incl. <eos>: {counts}"]
-        return Dataset(name, "lm", splits, None, notes)
+        return Dataset(name, "lm", splits, None, notes, lowercase=name == "ptb")   # PTB is lowercase; WikiText keeps case
     load.__doc__ = f"{name}: {what}."
     return load
 

@@ -7,6 +7,13 @@ from dataclasses import dataclass
 # A token is a run of word characters (letters, digits, underscore, with inner
 # apostrophes or hyphens kept: "don't", "well-made"), or one punctuation character.
 _TOKEN = re.compile(r"\w+(?:['\u2019\-]\w+)*|[^\w\s]", re.UNICODE)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """text with every lone surrogate (a JSON "\\ud800", or a byte of a command-line argument
+    that is not UTF-8) replaced by U+FFFD, so that it can be printed, plotted and written."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 @dataclass(frozen=True)
@@ -21,6 +28,7 @@ class Tokenizer:
     split_punct: bool = True
 
     def __call__(self, text: str) -> list[str]:
+        text = clean_text(text)
         if self.lowercase:
             text = text.lower()
         if self.split_punct:

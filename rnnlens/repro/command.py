@@ -5,7 +5,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from ..argtypes import SEED, SIZE
+from ..argtypes import SEED, SIZE, THREADS
 from ..errors import RnnlensError
 from . import default_configs_dir, get_table, load_tables
 from .pipelines import BASELINES, run_table
@@ -197,7 +197,7 @@ def add_parser(sub) -> None:
     rp.add_argument("--out", help="output folder: <table>.md/.html/.json and runs/ (reused across tables)")
     rp.add_argument("--data-dir", help="folder of the datasets (e.g. ../shared/data)")
     rp.add_argument("--configs", help="the configs/ folder (default: the checkout's)")
-    rp.add_argument("--threads", type=SIZE, default=None)
+    rp.add_argument("--threads", type=THREADS, default=None)
     rp.add_argument("--device", default="cpu")
     rp.add_argument("--rows", action="append", metavar="TEXT",
                     help="run only the rows whose label contains TEXT (repeat for several; =TEXT: the row "

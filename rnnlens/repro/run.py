@@ -298,9 +298,9 @@ def reevaluate(ctx: Context, path: Path, old: dict) -> dict:
 
     ctx.log(f"{path.name}: its test record lacks a metric this version computes; evaluating it again")
     if ctx.threads:
-        import torch
+        from ..ops.threads import set_threads
 
-        torch.set_num_threads(ctx.threads)
+        set_threads(ctx.threads)
     run = ModelRun.load(path, data_dir=ctx.data_dir)
     scores = Trainer(run.model, run.config.train, progress=False).evaluate(run.batches("test"))
     new = {"split": "test", "best_epoch": old.get("best_epoch"), **{f"test_{k}": v for k, v in scores.items()}}

@@ -30,6 +30,7 @@ class Data:
     # The whole training split, before the budget cap: the vocabulary is built from it (the cap
     # is a budget on training, not on the words a model knows). None: splits["train"].
     vocab_source: list[Example] | None = None
+    lowercase: bool | None = None       # the tokens' case folding (None: data.lowercase's)
 
 
 def load_data(cfg: Config) -> Data:
@@ -37,7 +38,7 @@ def load_data(cfg: Config) -> Data:
     d = cfg.data
     if d.corpus == "polarity":
         corpus = PolarityCorpus(seed=d.corpus_seed, double_negation_in_train=d.double_negation)
-        data = Data("classify", corpus.splits(), POLARITY_LABELS, ["built-in polarity corpus"])
+        data = Data("classify", corpus.splits(), POLARITY_LABELS, ["built-in polarity corpus"], lowercase=True)
     elif d.corpus == "tsv":
         tok = Tokenizer(lowercase=d.lowercase)
         train_rows = read_labelled_tsv(d.train_file, tok)
@@ -55,14 +56,14 @@ def load_data(cfg: Config) -> Data:
         sizes = ("train_size", "dev_size", "test_size")
         params = sizes + (("train_depth", "test_depth") if d.corpus == "dyck" else ("train_k", "test_k"))
         ds = load_dataset(d.corpus, None, seed=d.corpus_seed, **{k: getattr(d, k) for k in params})
-        data = Data(ds.task, ds.splits, ds.labels, list(ds.notes))
+        data = Data(ds.task, ds.splits, ds.labels, list(ds.notes), lowercase=ds.lowercase)
     else:
         from ..data.datasets import load_dataset
 
         if not d.data_dir:
             raise RnnlensError(f"dataset {d.corpus!r} needs --data-dir, the folder that holds it")
         ds = load_dataset(d.corpus, Path(d.data_dir), seed=d.corpus_seed)
-        data = Data(ds.task, ds.splits, ds.labels, list(ds.notes))
+        data = Data(ds.task, ds.splits, ds.labels, list(ds.notes), lowercase=ds.lowercase)
     if d.task is not None and d.task != data.task:
         raise RnnlensError(f"dataset {d.corpus!r} is a {data.task!r} task, not {d.task!r}")
     if d.sentence_level:
@@ -189,9 +190,11 @@ def data_fingerprint(vocab: Vocab, train: list[Example]) -> str:
 
 def check_device(device: str) -> None:
     try:
-        torch.device(device)
+        kind = torch.device(device).type
     except RuntimeError as e:
         raise RnnlensError(f"train.device: {e}") from None
+    if kind not in ("cpu", "cuda"):
+        raise RnnlensError(f"train.device must be cpu or cuda (cuda:N), got {device!r}")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RnnlensError("train.device is cuda but no CUDA device is available")
 
@@ -215,7 +218,9 @@ def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, d
     check_device(cfg.train.device)
     check_precision(cfg.train.device, cfg.train.precision)
     if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
+        from ..ops.threads import set_threads
+
+        set_threads(cfg.train.threads)
     seed_everything(cfg.train.seed)
     data = load_data(cfg)
     vocab = build_vocab(cfg, data)
@@ -248,7 +253,7 @@ def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, d
     model.cpu().eval()
     if dist.is_main:
         try:
-            save_checkpoint(out, model, cfg, vocab, data.labels, data.task, data.notes)
+            save_checkpoint(out, model, cfg, vocab, data.labels, data.task, data.notes, lowercase=data.lowercase)
         except OSError as e:             # a full disk: one line, and what is kept
             raise trainer.write_failed(Path(e.filename or out), e) from None
     return RunResult(model, vocab, data.labels, history, test, data.notes)

@@ -133,6 +133,9 @@ def test_a_tagger_predicts_tags_and_evaluates_a_conll_file(tagger, tmp_path, cap
     assert main(["predict", "--model", str(tagger), str(tmp_path / "s.txt")]) == 0
     (rec,) = _records(capsys)
     assert len(rec["tags"]) == len(rec["tokens"]) == 4
+    # trained from flags alone (data.lowercase's default is true), the tagger keeps the case
+    # its CoNLL tokens kept: "John" and "Paris" are known words, not <unk>
+    assert rec["tokens"] == ["John", "lives", "in", "Paris"] and not rec.get("unknown")
     src = tagger.parent / "conll2003" / "eng.testb"
     assert main(["eval", "--model", str(tagger), "--test-file", str(src), "--json"]) == 0
     assert 0.0 <= json.loads(capsys.readouterr().out)["f1"] <= 1.0

@@ -9,6 +9,7 @@ from rnnlens.analysis.ngrams import explain, ngram_vectors
 from rnnlens.cells import CELLS
 from rnnlens.cells.baselines import BASELINE_CELLS, MM, MVMR, VAEW, VAW, VM
 from rnnlens.cells.ngram import first_tokens
+from rnnlens.errors import RnnlensError
 from rnnlens.ops.affine import affine_scan, affine_scan_ref
 
 E = 5
@@ -109,7 +110,7 @@ def test_va_w_window_bounds_and_the_encoder_sets_it():
     model = RNNModel(ModelConfig(cell="va-w", embedding_dim=E, hidden_size=4, window=3), 10, "classify", ["a", "b"])
     enc_cell = model.encoder.cells[0]
     assert enc_cell.window == 3 and enc_cell.state_size == 12
-    with pytest.raises(ValueError):
+    with pytest.raises(RnnlensError, match="model.cell va-w: va-w window must be between 1 and max_window=20"):
         RNNModel(ModelConfig(cell="va-w", embedding_dim=E, hidden_size=4, window=21), 10, "classify", ["a", "b"])
 
 

@@ -465,7 +465,7 @@ def test_config_validation_of_memory_fields():
     Config.from_dict(ok)
     bad = [({"model": {"memory": "rnn"}}, "not one of rm, rmr"),
            ({"model": {"memory_composition": "sum"}}, "not one of linear, gated"),
-           ({"model": {"memory_size": 0}}, "memory_size must be >= 1"),
+           ({"model": {"memory_size": 0}}, r"memory_size must be in \[1, 1048576\]"),
            ({"data": {"sentence_level": False}}, "needs data.sentence_level"),
            ({"model": {"bidirectional": True}}, "one-direction"),
            ({"model": {"cell": "gru", "forget_bias": 1.0}}, "forget_bias is for the lstm"),

@@ -16,6 +16,7 @@ import torch
 
 from rnnlens.cli import main
 from rnnlens.errors import RnnlensError
+from tests.support import UNTRAINED_WORDS, untrained_checkpoint
 
 TINY = ["--embedding-dim", "8", "--hidden-size", "8", "--epochs", "1", "--quiet"]
 NON_UTF8 = b"\xff\xfe\x80 \xc3("      # not UTF-8 anywhere (nor UTF-16 text we could read)
@@ -249,23 +250,7 @@ def test_bad_adjectives_file(tmp_path, capsys, content, needles):
 
 # --- checkpoints: untrained ones are enough (and take no training time) ----------------
 
-WORDS = ["the", "film", "was", "good", "bad", "not", "very", "<eos>"]
-
-
-def untrained_checkpoint(path: Path, task="classify", labels=("negative", "positive"), data=None, words=WORDS,
-                         **model) -> Path:
-    from rnnlens.data.vocab import Vocab
-    from rnnlens.models import RNNModel
-    from rnnlens.train.checkpoint import save_checkpoint
-    from rnnlens.config import Config
-
-    cfg = Config.from_dict({"data": data or {}, "model": {"embedding_dim": 4, "hidden_size": 4, **model}})
-    vocab = Vocab(words)
-    labels = None if labels is None else list(labels)
-    path.mkdir(parents=True)
-    save_checkpoint(path, RNNModel(cfg.model, len(vocab), task, labels, sentence_level=cfg.data.sentence_level),
-                    cfg, vocab, labels, task)
-    return path
+WORDS = UNTRAINED_WORDS
 
 
 @pytest.fixture(scope="module")
@@ -602,4 +587,4 @@ def test_text_the_terminal_cannot_encode_is_escaped(models, capsys):
     n-gram table, the unknown-word warning) must not end in a UnicodeEncodeError."""
     code, out, err = run(capsys, "explain", "--model", models["clf"], "the film \udcff was good")
     assert code == 0 and "Traceback" not in err
-    assert "\\udcff" in out
+    assert "\ufffd" in out                     # the byte read as U+FFFD (rnnlens.data.tokenize.clean_text)

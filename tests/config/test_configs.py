@@ -145,7 +145,7 @@ from rnnlens.config import Config
     ("model", "dropout", 1.5, "model.dropout must be in [0, 1), got 1.5"),
     ("model", "dropout", 1, "model.dropout must be in [0, 1), got 1"),
     ("model", "recurrent_dropout", -0.1, "model.recurrent_dropout must be in [0, 1)"),
-    ("model", "embedding_dim", 0, "model.embedding_dim must be >= 1"),
+    ("model", "embedding_dim", 0, "model.embedding_dim must be in [1, 1048576], got 0"),
     ("model", "forget_bias", float("-inf"), "model.forget_bias must be a finite number"),
     ("model", "adaptive_softmax", [0, 10], "model.adaptive_softmax must be >= 1"),
     ("data", "max_vocab", 0, "data.max_vocab must be >= 1"),
