@@ -120,3 +120,21 @@ def test_an_allocation_that_cannot_succeed_is_one_line(tmp_path, capsys, monkeyp
     assert_clean_error(code, err, "out of memory", "12000000000000 bytes")
     assert not (tmp_path / "m").exists()
 
+
+
+def test_a_model_whose_weights_went_nan_still_writes_valid_jsonl(tmp_path, capsys):
+    import torch
+
+    from rnnlens.train.checkpoint import load_checkpoint, save_checkpoint
+
+    path = untrained_checkpoint(tmp_path / "m")
+    model, cfg, vocab, meta = load_checkpoint(path)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))
+    save_checkpoint(path, model, cfg, vocab, meta["labels"], meta["task"])
+    (tmp_path / "in.txt").write_text("good film\n")
+    code, out, err = run(capsys, "predict", "--model", path, tmp_path / "in.txt")
+    assert code == 0, err
+    rec = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert rec["probabilities"] == {"negative": None, "positive": None}
