@@ -17,6 +17,9 @@ def cmd_eval(args) -> int:
     png = Path(args.png) if args.png else None
     if png is not None:                                          # refuse before any work
         check_new_file(png, args.force)
+    if args.test_file and args.split is not None:
+        raise RnnlensError("give --split (a split of the model's dataset) or --test-file, not both")
+    args.split = args.split or "test"
     check_device(args.device)
     run = _load_run(args, device=args.device)
     run.config.train.device = args.device
@@ -80,7 +83,7 @@ def add_parser(sub) -> None:
     v = sub.add_parser("eval", help="evaluate a trained model on a split of its dataset, or on a labelled "
                        "file (classifiers: per-class precision, recall, F1 and the confusion matrix too)")
     v.add_argument("--model", required=True, help="checkpoint folder")
-    v.add_argument("--split", default="test")
+    v.add_argument("--split", default=None, help="train, dev or test (default test)")
     v.add_argument("--test-file", metavar="FILE", help="a labelled file in the training format instead of a "
                    "split: label<TAB>text lines (classifiers), CoNLL-2003 columns (taggers), plain text (LMs)")
     v.add_argument("--data-dir", help="where the dataset is now (default: where it was in training)")

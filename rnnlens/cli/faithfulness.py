@@ -16,6 +16,10 @@ def _json_target(text: str) -> str:
 def cmd_faithfulness(args) -> int:
     from ..analysis.faithfulness import format_table
     from ..app.faithfulness import run_on_checkpoint
+    from ..outfiles import check_new_file
+
+    if args.json and args.json != "-":
+        check_new_file(args.json, args.force)                   # before the minutes of work
 
     res = run_on_checkpoint(args.model, data_dir=args.data_dir, split=args.split, max_k=args.max_k,
                             max_sentences=args.sentences, methods=tuple(args.methods) if args.methods else None,
@@ -54,6 +58,7 @@ def add_parser(sub) -> None:
     f.add_argument("--perturb-samples", type=SIZE, default=16,
                    help="infidelity's random perturbations per sentence (default 16)")
     f.add_argument("--seed", type=SEED, default=0)
+    f.add_argument("--force", action="store_true", help="replace the --json FILE if it exists")
     f.add_argument("--json", nargs="?", const="-", type=_json_target, metavar="FILE",
                    help="the results as JSON: alone, on standard output instead of the table; "
                         "with FILE, written there beside the table")

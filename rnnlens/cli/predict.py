@@ -54,6 +54,11 @@ def cmd_predict(args) -> int:
     return 0
 
 
+def _out_target(text: str) -> str | None:
+    """--out's value: None for "-" (standard output), otherwise a file to write."""
+    return None if text == "-" else new_file(text)
+
+
 def _finite(value):
     """value with every NaN or infinite float made null: JSON has no NaN (a model whose weights
     went non-finite gives such probabilities), and a JSONL reader must be able to parse the line."""
@@ -103,7 +108,8 @@ def add_parser(sub) -> None:
     p.add_argument("file", metavar="FILE", help="the texts: one a line (plain), label<TAB>text or text (.tsv), "
                    "{\"text\": ...} objects (.jsonl); - reads standard input")
     p.add_argument("--format", default="auto", help="auto (by the file's extension), lines, tsv or jsonl")
-    p.add_argument("--out", type=new_file, help="write the JSONL here instead of standard output")
+    p.add_argument("--out", type=_out_target, help="write the JSONL here instead of standard output ('-': "
+                   "standard output)")
     p.add_argument("--explain", type=COUNT, default=0, metavar="K",
                    help="sentence-level models: add the K n-grams that contribute most to each prediction")
     p.add_argument("--batch-size", type=SIZE, default=64)

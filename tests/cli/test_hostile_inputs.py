@@ -138,3 +138,23 @@ def test_a_model_whose_weights_went_nan_still_writes_valid_jsonl(tmp_path, capsy
     assert code == 0, err
     rec = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     assert rec["probabilities"] == {"negative": None, "positive": None}
+
+
+def test_predict_out_dash_is_standard_output(models, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.txt").write_text("good film\n")
+    code, out, err = run(capsys, "predict", "--model", models["clf"], "in.txt", "--out", "-")
+    assert code == 0 and json.loads(out)["line"] == 1 and not (tmp_path / "-").exists()
+
+
+def test_eval_takes_a_split_or_a_file_not_both(models, tmp_path, capsys):
+    (tmp_path / "t.tsv").write_text("positive\tgood film\n")
+    code, _, err = run(capsys, "eval", "--model", models["clf"], "--split", "dev", "--test-file", tmp_path / "t.tsv")
+    assert_clean_error(code, err, "not both")
+
+
+def test_faithfulness_json_file_needs_force_to_replace(models, tmp_path, capsys):
+    (tmp_path / "f.json").write_text("{}")
+    code, _, err = run(capsys, "faithfulness", "--model", models["clf"], "--json", tmp_path / "f.json")
+    assert_clean_error(code, err, "exists; use --force")
+    assert (tmp_path / "f.json").read_text() == "{}"
