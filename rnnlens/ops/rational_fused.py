@@ -88,7 +88,7 @@ class _RationalScan(torch.autograd.Function):
         fg = _none(P)
         if maxplus:
             fg = torch.sigmoid(-P.view(B, T, P.shape[2] // H, H)[:, :, 1: 2 * n: 2])
-        dRd = _none(P) if dRd is None else dRd.contiguous()
+        dRd = _none(P) if dRd is None else dRd        # any strides: the kernel reads them
         dS_last = dRd_last = _none(P)
         if dfinal is not None:
             dS_last = dfinal[:, : n * H].reshape(B, n, H).contiguous()

@@ -114,6 +114,34 @@ def test_fused_equals_the_step_reference(name, monkeypatch):
         torch.testing.assert_close(a, b)
 
 
+UPSTREAM = {   # losses whose gradient reaches the cell's output with strides other than [T*H, H, 1]
+    "sum (all strides 0)": lambda h, w: h.sum(),
+    "mean over H (stride 0 along H)": lambda h, w: (h.mean(-1) * w[0, :, 0]).sum(),
+    "weights over H (strides 0 along B, T)": lambda h, w: (h * w[0, 0]).sum(),
+    "time-major (permuted strides)": lambda h, w: (h.transpose(0, 1).contiguous() * w.transpose(0, 1)).sum(),
+}
+
+
+@needs_kernel
+@pytest.mark.parametrize("name", ["rrnn-b", "rrnn-f", "rrnn-b-maxplus", "rrnn-c-gated"])
+@pytest.mark.parametrize("loss", list(UPSTREAM))
+def test_upstream_gradients_of_any_strides(name, loss, monkeypatch):
+    """The kernel reads the output's gradient at its own strides (a sum's expanded ones are
+    never materialised): every layout gives the PyTorch scan's gradients."""
+    cell = _make(name)
+    B, T = 5, 11
+    x = torch.randn(B, T, 7, dtype=torch.float64)
+    w = torch.randn(B, T, cell.hidden_size, dtype=torch.float64)
+    grads = []
+    for fused in (True, False):
+        monkeypatch.setenv("RNNLENS_CPP", "1" if fused else "0")
+        xi = x.clone().requires_grad_()
+        h, _ = cell(xi, _mask(B, T))
+        grads.append(torch.autograd.grad(UPSTREAM[loss](h, w), [xi] + list(cell.parameters())))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
 @needs_kernel
 @pytest.mark.parametrize("name", RATIONAL + sorted(EXTRA))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

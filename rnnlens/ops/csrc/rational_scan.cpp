@@ -208,12 +208,13 @@ void bwd_maxplus(int64_t H, const T* __restrict__ f, const T* __restrict__ p, co
   }
 }
 
-// dRd [B,T,H] and dS_last [B,n,H] (the final state's gradient; PATF: its read-out block in
-// dRd_last [B,H]) in; dP's u and f rows (the o row zeroed), dc0 [B,n,H] and, for RRNN(F),
+// dRd [B,T,H] (read at its own strides sd[3]: an expanded gradient, such as the ones of a
+// sum's backward, is never materialised) and dS_last [B,n,H] (the final state's gradient; PATF:
+// its read-out block in dRd_last [B,H]) in; dP's u and f rows (the o row zeroed), dc0 [B,n,H] and, for RRNN(F),
 // per-row partial sums dr, dp1, dp2 [B,H] out.
 template <typename scalar_t, bool MAXPLUS, bool PATF>
 void backward_rows(const Ptrs<scalar_t>& a, const scalar_t* S, const scalar_t* Rd, const scalar_t* dRd,
-                   const scalar_t* dS_last,
+                   const int64_t* sd, const scalar_t* dS_last,
                    const scalar_t* dRd_last, scalar_t* dP, scalar_t* dc0, scalar_t* dr, scalar_t* dp1,
                    scalar_t* dp2, int64_t b0, int64_t b1) {
   const int64_t T = a.T, n = a.n, H = a.H, RH = a.RH, nH = n * H;
@@ -229,7 +230,12 @@ void backward_rows(const Ptrs<scalar_t>& a, const scalar_t* S, const scalar_t* R
       const int64_t bt = b * T + t;
       const scalar_t* __restrict__ St = S + bt * nH;
       if (dRd) {
-        const scalar_t* __restrict__ dRt = dRd + bt * H;
+        const scalar_t* __restrict__ dRt = dRd + b * sd[0] + t * sd[1];
+        if (sd[2] != 1) {                                     // gathered (a stride-0 broadcast, ...)
+          scalar_t* __restrict__ dt = dread.data();
+          for (int64_t h = 0; h < H; ++h) dt[h] = dRt[h * sd[2]];
+          dRt = dt;
+        }
         if (Rd) {                                             // through h = tanh(read-out)
           const scalar_t* __restrict__ ht = Rd + bt * H;
           scalar_t* __restrict__ dt = dread.data();
@@ -362,6 +368,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rational_
     const at::Tensor& dS_last, const at::Tensor& dRd_last, const at::Tensor& Rd_tanh, bool maxplus, bool pattern_f) {
   check(P, f, c0, maxplus);
   TORCH_CHECK(!maxplus || (fg.defined() && fg.is_contiguous()), "max-plus needs fg");
+  TORCH_CHECK(!dRd.defined() || dRd.numel() == 0 ||
+                  (dRd.dim() == 3 && dRd.size(0) == P.size(0) && dRd.size(1) == P.size(1) &&
+                   dRd.size(2) == c0.size(2) && dRd.scalar_type() == P.scalar_type()),
+              "dRd must be [B,T,H] of P's dtype");
   auto dP = at::empty(P.sizes(), P.options());
   auto dc0 = at::empty(c0.sizes(), c0.options());
   const int64_t B = P.size(0), H = c0.size(2);
@@ -372,6 +382,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rational_
     const auto a = pointers<scalar_t>(P, f, fg, c0, mask, r, p1, p2);
     const scalar_t* s = S.data_ptr<scalar_t>();
     const scalar_t* drd = ptr_or_null<scalar_t>(dRd);
+    const int64_t sd[3] = {drd ? dRd.stride(0) : 0, drd ? dRd.stride(1) : 0, drd ? dRd.stride(2) : 1};
     const scalar_t* rdt = ptr_or_null<scalar_t>(Rd_tanh);
     const scalar_t* dsl = ptr_or_null<scalar_t>(dS_last);
     const scalar_t* drl = ptr_or_null<scalar_t>(dRd_last);
@@ -379,9 +390,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rational_
     scalar_t *drp = ptr_or_null<scalar_t>(dr) ? dr.data_ptr<scalar_t>() : nullptr;
     scalar_t *d1 = pattern_f ? dp1.data_ptr<scalar_t>() : nullptr, *d2 = pattern_f ? dp2.data_ptr<scalar_t>() : nullptr;
     at::parallel_for(0, a.B, grain(a.B), [&](int64_t b0, int64_t b1) {
-      if (maxplus) backward_rows<scalar_t, true, false>(a, s, rdt, drd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
-      else if (pattern_f) backward_rows<scalar_t, false, true>(a, s, rdt, drd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
-      else backward_rows<scalar_t, false, false>(a, s, rdt, drd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
+      if (maxplus) backward_rows<scalar_t, true, false>(a, s, rdt, drd, sd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
+      else if (pattern_f) backward_rows<scalar_t, false, true>(a, s, rdt, drd, sd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
+      else backward_rows<scalar_t, false, false>(a, s, rdt, drd, sd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
     });
   });
   return {dP, dc0, dr, dp1, dp2};
