@@ -301,6 +301,8 @@ class Config:
                  "starts at each sentence)")
         task = dcfg.task or ("lm" if dcfg.sentence_level or dcfg.corpus in LM_CORPORA else
                              dcfg.corpus if dcfg.corpus in OWN_CORPUS_TASKS else None)
+        need(task == "lm" or not (m.tie_weights or m.adaptive_softmax),
+             "model.tie_weights and model.adaptive_softmax are for language models (the lm task)")
         leak = future_leak(m) if task in NEXT_TOKEN_TASKS else None
         need(leak is None, f"the {task} task predicts each symbol from the ones before it; {leak}")
         need(m.pooling in POOLINGS, f"model.pooling {m.pooling!r} is not one of {', '.join(POOLINGS)}")

@@ -126,7 +126,11 @@ def build_vocab(cfg: Config, data: Data) -> Vocab:
     """The vocabulary of the whole training split (data.min_count, data.max_vocab), whatever
     part of it the budget lets the model train on."""
     source = data.vocab_source if data.vocab_source is not None else data.splits["train"]
-    return Vocab.build((ex.tokens for ex in source), cfg.data.min_count, cfg.data.max_vocab)
+    vocab = Vocab.build((ex.tokens for ex in source), cfg.data.min_count, cfg.data.max_vocab)
+    if len(vocab) <= 2 and any(ex.tokens for ex in source):
+        raise RnnlensError(f"data.min_count {cfg.data.min_count} (with data.max_vocab {cfg.data.max_vocab}) leaves no "
+                           "word of the training data in the vocabulary: every token would read as <unk>")
+    return vocab
 
 
 def unk_rate(examples: list[Example], vocab: Vocab) -> float:

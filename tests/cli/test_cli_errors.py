@@ -104,6 +104,8 @@ def test_bad_numeric_flag_is_one_line_before_any_work(tmp_path, capsys, monkeypa
     (["--device", "mps"], "train.device must be cpu or cuda"), (["--device", "meta"], "train.device must be cpu or cuda"),
     (["--cell", "mm", "--hidden-size", "8"], "model.cell mm: mm needs hidden_size = d*d"),
     (["--corpus", "crossserial", "--cell", "urn", "--train-size", "5", "--train-k", "100000"], "data.train_k must be in"),
+    (["--tie-weights", "true"], "are for language models"), (["--adaptive-softmax", "10,20"], "are for language models"),
+    (["--min-count", "1000000"], "leaves no word of the training data in the vocabulary"),
 ])
 def test_bad_config_value_names_the_field(tmp_path, capsys, flags, field):
     out = tmp_path / "m"
