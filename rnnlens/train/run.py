@@ -153,7 +153,10 @@ def batches(cfg: Config, task: str, examples: list[Example], vocab: Vocab, train
     if task == "lm" and cfg.data.sentence_level:
         return SentenceIterator(examples, vocab, bs, shuffle=train, seed=cfg.train.seed)
     if task == "lm":
-        return BPTTIterator(vocab.encode(examples[0].tokens), bs if train else min(bs, 10), cfg.data.bptt)
+        ids = vocab.encode(examples[0].tokens)
+        # evaluation: at most 10 rows, and fewer for a stream too short to give each row 2 tokens
+        rows = bs if train else max(1, min(bs, 10, len(ids) // 2))
+        return BPTTIterator(ids, rows, cfg.data.bptt)
     return BatchIterator(examples, vocab, bs, shuffle=train, seed=cfg.train.seed)
 
 

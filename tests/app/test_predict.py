@@ -258,3 +258,11 @@ def test_a_relation_classifier_reads_the_entity_markers_as_in_training(relation,
     assert recs[0]["tokens"][:4] == ["the", "<e1>", "company", "</e1>"] and recs[0]["unknown"] == []
     assert [r["label"] for r in recs] == [lab for _, lab in RELATIONS]
     assert abs(sum(recs[0]["probabilities"].values()) - 1) < 1e-9
+
+
+def test_a_language_model_evaluates_a_file_shorter_than_its_batch(lm, tmp_path, capsys):
+    """A few words are enough: the evaluation stream takes as many rows as the file fills
+    (at least 2 tokens each), not a fixed 10."""
+    (tmp_path / "short.txt").write_text("the cat sat\n")           # 4 tokens with <eos>
+    assert main(["eval", "--model", str(lm), "--test-file", str(tmp_path / "short.txt"), "--json"]) == 0
+    assert math.isfinite(json.loads(capsys.readouterr().out)["ppl"])
