@@ -30,7 +30,7 @@ def cmd_explain(args) -> int:
     text = args.text
     if args.file is not None:
         try:
-            text = Path(args.file).read_text(encoding="utf-8-sig")
+            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as e:
             raise RnnlensError(f"cannot read {args.file}: {e}") from None
     run = _load_run(args)
@@ -181,8 +181,11 @@ def _explain_lines(args) -> int:
     if out.exists() and not args.force:           # refuse before any work
         raise RnnlensError(f"output folder {out} exists; use --force to replace it")
     try:
-        with open(args.lines, encoding="utf-8-sig") as f:
-            texts = list(read_texts(f, "auto", str(args.lines)))
+        if args.lines == "-":
+            texts = list(read_texts(sys.stdin, "auto", "stdin"))
+        else:
+            with open(args.lines, encoding="utf-8-sig") as f:
+                texts = list(read_texts(f, "auto", str(args.lines)))
     except OSError as e:
         raise RnnlensError(f"cannot read {args.lines}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
@@ -206,9 +209,11 @@ def add_parser(sub) -> None:
     e = sub.add_parser("explain", help="the n-grams of a text and their scores")
     e.add_argument("--model", required=True, help="checkpoint folder")
     e.add_argument("text", nargs="?", help="the text (or --file)")
-    e.add_argument("--file", help="a document to explain: its top-k n-grams, streamed in bounded memory")
+    e.add_argument("--file", help="a document to explain ('-': standard input): its top-k n-grams, streamed in "
+                   "bounded memory")
     e.add_argument("--lines", metavar="FILE", help="many sentences, one a line (or .tsv / .jsonl as predict reads "
-                   "them): each one's explanation in --out DIR as explanations.jsonl and one HTML page")
+                   "them; '-': standard input): each one's explanation in --out DIR as explanations.jsonl and one "
+                   "HTML page")
     e.add_argument("--out", metavar="DIR", help="with --lines: the output folder")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.add_argument("--max-n", type=SIZE, default=8, help="documents: longest n-gram considered (default 8)")

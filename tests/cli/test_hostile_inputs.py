@@ -158,3 +158,15 @@ def test_faithfulness_json_file_needs_force_to_replace(models, tmp_path, capsys)
     code, _, err = run(capsys, "faithfulness", "--model", models["clf"], "--json", tmp_path / "f.json")
     assert_clean_error(code, err, "exists; use --force")
     assert (tmp_path / "f.json").read_text() == "{}"
+
+
+def test_explain_reads_a_document_or_lines_from_standard_input(models, tmp_path, capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("the film was good\n"))
+    code, out, err = run(capsys, "explain", "--model", models["clf"], "--file", "-")
+    assert code == 0 and "good" in out, err
+    monkeypatch.setattr("sys.stdin", io.StringIO("the film was good\nnot bad\n"))
+    code, out, err = run(capsys, "explain", "--model", models["clf"], "--lines", "-", "--out", tmp_path / "ex")
+    assert code == 0, err
+    assert len((tmp_path / "ex" / "explanations.jsonl").read_text().splitlines()) == 2
