@@ -103,7 +103,9 @@ class DataConfig:
     test_file: str | None = None
     corpus_seed: int = 0              # generator seed of the built-in corpus
     double_negation: bool = True      # keep "not not X" in the built-in training split
-    lowercase: bool = True
+    lowercase: bool = True            # tsv: fold the texts' case
+    fold_case: bool = False           # a named dataset that keeps case (conll2003, wikitext2): fold
+                                      # its tokens' case (the others are read lowercased already)
     min_count: int = 1
     max_vocab: int | None = None
     # dyck / crossserial (unitary-networks paper, 11.5): None = the paper's value
@@ -275,6 +277,9 @@ class Config:
             need(value is None or not name.endswith(("_depth", "_k")) or name in formal.get(dcfg.corpus, ()),
                  f"data.{name} does not apply to corpus {dcfg.corpus!r}")
         need(not dcfg.sentence_level or dcfg.task in (None, "lm"), "data.sentence_level is for the lm task")
+        need(not dcfg.fold_case or dcfg.corpus not in ("polarity", "tsv", "dyck", "crossserial"),
+             f"data.fold_case is for a named dataset, not corpus {dcfg.corpus!r}"
+             + (" (use data.lowercase)" if dcfg.corpus == "tsv" else ""))
         need(m.forget_bias is None or m.cell == "lstm", "model.forget_bias is for the lstm cell")
         need(t.on_nan in ON_NAN, f"train.on_nan {t.on_nan!r} is not one of {', '.join(ON_NAN)}")
         need(t.precision in PRECISIONS, f"train.precision {t.precision!r} is not one of {', '.join(PRECISIONS)}")

@@ -33,6 +33,17 @@ class Data:
     lowercase: bool | None = None       # the tokens' case folding (None: data.lowercase's)
 
 
+def fold_case(data: Data) -> None:
+    """Lowercase every token of every split (data.fold_case), in place; a trained model then
+    reads new texts lowercased too."""
+    for split in data.splits.values():
+        for ex in split:
+            ex.tokens = [t.lower() for t in ex.tokens]
+    data.notes = [n for n in data.notes if n != "tokens keep their case"]
+    data.notes.append("tokens lowercased (data.fold_case)")
+    data.lowercase = True
+
+
 def load_data(cfg: Config) -> Data:
     """The dataset a config names, with its budget cap applied to the training split."""
     d = cfg.data
@@ -64,6 +75,8 @@ def load_data(cfg: Config) -> Data:
             raise RnnlensError(f"dataset {d.corpus!r} needs --data-dir, the folder that holds it")
         ds = load_dataset(d.corpus, Path(d.data_dir), seed=d.corpus_seed)
         data = Data(ds.task, ds.splits, ds.labels, list(ds.notes), lowercase=ds.lowercase)
+        if d.fold_case and not ds.lowercase:
+            fold_case(data)
     if d.task is not None and d.task != data.task:
         raise RnnlensError(f"dataset {d.corpus!r} is a {data.task!r} task, not {d.task!r}")
     if d.sentence_level:

@@ -269,3 +269,33 @@ def test_regression_sign_accuracy_leaves_neutral_targets_out():
     m = head.finalize(head.metrics(torch.tensor([1.0, -1.0, 0.5, 2.0]), batch))
     assert m["sign_accuracy"] == pytest.approx(1 / 3)
     assert m["mse"] == pytest.approx((1 + 4 + 0.25 + 9) / 4)
+
+
+def test_fold_case_lowercases_a_cased_dataset_and_its_checkpoint_reads_new_text_lowercased(tmp_path):
+    from rnnlens.config import Config
+    from rnnlens.errors import RnnlensError
+    from rnnlens.train.checkpoint import load_checkpoint
+    from rnnlens.train.run import load_data
+    from rnnlens.cli import main
+    d = tmp_path / "conll2003"
+    d.mkdir()
+    for name, n in (("eng.train", 40), ("eng.testa", 6), ("eng.testb", 6)):
+        _write_conll(d / name, n)
+    base = {"data": {"corpus": "conll2003", "data_dir": str(tmp_path)}, "model": {"bidirectional": True}}
+    kept = load_data(Config.from_dict(base))
+    folded = load_data(Config.from_dict({**base, "data": {**base["data"], "fold_case": True}}))
+    assert kept.lowercase is False and folded.lowercase is True
+    for split in kept.splits:
+        a, b = kept.splits[split], folded.splits[split]
+        assert [[t.lower() for t in ex.tokens] for ex in a] == [ex.tokens for ex in b]
+        assert [ex.label for ex in a] == [ex.label for ex in b]
+    assert any(t != t.lower() for ex in kept.splits["train"] for t in ex.tokens)
+    assert "tokens lowercased (data.fold_case)" in folded.notes and "tokens keep their case" not in folded.notes
+    out = tmp_path / "m"
+    assert main(["train", "--task", "tag", "--data", "conll2003", "--data-dir", str(tmp_path), "--out", str(out),
+                 "--bidirectional", "true", "--embedding-dim", "8", "--hidden-size", "8", "--epochs", "1",
+                 "--fold-case", "true", "--quiet"]) == 0
+    assert load_checkpoint(out)[3]["tokenizer"]["lowercase"] is True
+    for corpus in ("polarity", "tsv", "dyck", "crossserial"):
+        with pytest.raises(RnnlensError, match="data.fold_case is for a named dataset"):
+            Config.from_dict({"data": {"corpus": corpus, "fold_case": True}})
