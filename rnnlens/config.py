@@ -178,6 +178,9 @@ class TrainConfig:
                                       # lr_decay 0.5, lr_decay_patience 10)
     threads: int | None = None        # CPU threads for torch (None: torch's default)
     time_limit: float | None = None   # wall-clock seconds: no new epoch starts once they are spent
+    reset_optimizer: bool = False     # a fresh optimizer state (Adagrad's sums, Adam's moments) at
+                                      # the start of every epoch, the lr kept (the implicit-ngrams
+                                      # authors' relation notebook builds a new Adagrad every epoch)
     lr_halve_after: int | None = None  # halve lr at the end of every epoch >= this (paper's 4:
                                        # epochs 1-4 at lr, the 5th at lr/2, ...)
     loss_average: str = "token"       # the gradient of the mean NLL per "token", or of the NLL summed

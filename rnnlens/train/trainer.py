@@ -412,6 +412,11 @@ class Trainer:
             if self.cfg.lr_halve_after is not None and epoch >= self.cfg.lr_halve_after:
                 for group in self.optimizer.param_groups:   # a fixed schedule, dev or not
                     group["lr"] *= 0.5
+            if self.cfg.reset_optimizer:        # the next epoch starts from a fresh state, at the same lr
+                lrs = [group["lr"] for group in self.optimizer.param_groups]
+                self.optimizer = make_optimizer(self.model.parameters(), self.cfg)
+                for group, lr in zip(self.optimizer.param_groups, lrs):
+                    group["lr"] = lr
             record["best_epoch"] = self.best_epoch
             record["lr"] = self.optimizer.param_groups[0]["lr"]      # for the next epoch
             self._log(record)

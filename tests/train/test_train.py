@@ -72,6 +72,33 @@ def test_lr_decays_after_its_own_patience_and_counts_again_after_each_decay(monk
     assert [r["lr"] for r in hist] == lrs             # record["lr"]: the rate for the next epoch
 
 
+@pytest.mark.parametrize("optimizer", ["adagrad", "adam", "sgd"])
+def test_reset_optimizer_starts_every_epoch_from_a_fresh_state_at_the_current_lr(optimizer, monkeypatch):
+    def trained(reset):
+        model, cfg, train, dev = small_setup(optimizer, 0.05, epochs=3)
+        cfg.train.reset_optimizer, cfg.train.patience, cfg.train.lr_decay = reset, 10, 0.5
+        trainer = Trainer(model, cfg.train, progress=False)
+        scores = iter([0.6, 0.5, 0.7])                   # epoch 2 is worse: lr halves after it
+        real = trainer.evaluate
+        monkeypatch.setattr(trainer, "evaluate", lambda batches: {**real(batches), "accuracy": next(scores)})
+        hist = trainer.fit(train, dev)
+        return model, trainer, hist
+    reset, trainer, hist = trained(True)
+    assert [r["lr"] for r in hist] == [0.05, 0.025, 0.025]          # the rate survives each reset
+    assert trainer.optimizer.param_groups[0]["lr"] == 0.025
+    for p in reset.parameters():                                     # what a new optimizer holds
+        state = trainer.optimizer.state[p]
+        assert not state or (float(state["step"]) == 0 and float(state["sum"].abs().max()) == 0)
+    flat = lambda m: torch.cat([p.detach().flatten() for p in m.parameters()])   # noqa: E731
+    again, _, _ = trained(True)
+    kept, _, _ = trained(False)
+    assert max_diff(flat(again), flat(reset)) == 0                     # deterministic
+    if optimizer == "sgd":                                           # plain SGD has no state to reset
+        assert max_diff(flat(kept), flat(reset)) == 0
+    else:
+        assert max_diff(flat(kept), flat(reset)) > 1e-6
+
+
 def test_time_limit_stops_between_epochs_and_keeps_the_best(tmp_path):
     model, cfg, train, dev = small_setup(epochs=20)
     cfg.train.time_limit = 1e-9                  # spent by the end of the first epoch
