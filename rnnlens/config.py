@@ -146,6 +146,8 @@ class ModelConfig:
     word_dropout: str = "embedding"   # urn, linear-rnn: recurrent_dropout's word-side mask on x or on Q(x)'s entries ("matrix")
     init_range: float | None = None   # every weight uniform in (-r, r) (None: each module's own init)
     forget_bias: float | None = None  # lstm: the forget gate's bias at init (recurrent-memory: 1)
+    cell_bias: bool = True            # false: the recurrent cells' bias terms are held at zero (not
+                                      # trained), as the implicit-ngrams authors' cells have none
     # Recurrent memory networks (Tran et al. 2016): "rm" = cells -> memory block, "rmr" =
     # cells -> block -> one more cell; both need data.sentence_level.
     memory: str | None = None
@@ -284,6 +286,7 @@ class Config:
              f"data.fold_case is for a named dataset, not corpus {dcfg.corpus!r}"
              + (" (use data.lowercase)" if dcfg.corpus == "tsv" else ""))
         need(m.forget_bias is None or m.cell == "lstm", "model.forget_bias is for the lstm cell")
+        need(m.forget_bias is None or m.cell_bias, "model.forget_bias needs the cell's biases: not with model.cell_bias false")
         need(t.on_nan in ON_NAN, f"train.on_nan {t.on_nan!r} is not one of {', '.join(ON_NAN)}")
         need(t.precision in PRECISIONS, f"train.precision {t.precision!r} is not one of {', '.join(PRECISIONS)}")
         # torch's AdaptiveLogSoftmaxWithLoss writes a bfloat16 log_softmax into a float32 tensor

@@ -47,7 +47,8 @@ def build_head(cfg: ModelConfig, task: str, encoder, labels: list[str] | None, v
 def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
     """cfg.init_range: every parameter uniform in (-r, r); cfg.forget_bias: the LSTM forget
     gates' bias (torch's layout has two bias vectors; their sum is set). Padding rows of the
-    lookup tables stay zero."""
+    lookup tables stay zero. cfg.cell_bias false: every bias of every recurrent cell (each
+    parameter whose own name starts with "bias") is zero and left out of training."""
     from .cells.classic import LSTM
 
     with torch.no_grad():
@@ -63,6 +64,24 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
                     H = mod.hidden_size
                     mod.bias_ih[H: 2 * H] = cfg.forget_bias
                     mod.bias_hh[H: 2 * H] = 0.0
+        if not cfg.cell_bias:
+            for p in cell_biases(model).values():
+                p.zero_()
+                p.requires_grad_(False)
+
+
+def cell_biases(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The bias terms of every recurrent cell in `model`, by their names in its state dict:
+    each cell parameter whose own name starts with "bias" (model.cell_bias)."""
+    from .cells.base import Cell
+
+    out = {}
+    for prefix, mod in model.named_modules():
+        if isinstance(mod, Cell):
+            for name, p in mod.named_parameters():
+                if name.rsplit(".", 1)[-1].startswith("bias"):
+                    out[f"{prefix}.{name}" if prefix else name] = p
+    return out
 
 
 class RNNModel(nn.Module):

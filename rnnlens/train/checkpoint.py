@@ -218,6 +218,13 @@ def load_weights(model: torch.nn.Module, path: str | Path, vocab: Vocab, task: s
     bad = _shape_mismatch(model, {k: list(v.shape) for k, v in theirs.items()})
     if bad:
         raise RnnlensError(f"{where}: {bad}")
+    if not model.cfg.cell_bias:
+        from ..models import cell_biases
+
+        held = [n for n in cell_biases(model) if theirs[n].any()]
+        if held:
+            raise RnnlensError(f"{where}: its cells have bias terms ({held[0]} is not zero), which this "
+                               "config holds at zero (model.cell_bias false)")
     model.load_state_dict(theirs)
 
 

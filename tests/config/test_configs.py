@@ -63,6 +63,12 @@ def test_config_loads_with_every_budget(path):
             base["model"].update(spectral_norm=False, spectral_norm_per_gate=False)
             assert base == cfg.to_dict()
             continue
+        if path.stem == f"{stem}-nobias":  # an ablation: its base config with bias-free cells
+            assert not m.cell_bias and raw["description"].startswith("An ablation of configs/" + stem + ".json")
+            base = load_config_file(path.with_name(f"{stem}.json"), budget=budget).to_dict()
+            base["model"]["cell_bias"] = False
+            assert base == cfg.to_dict()
+            continue
         if path.stem == f"{stem}-tuned":   # an ablation: an earlier setting of the row, kept for comparison
             assert raw["description"].startswith("An ablation of configs/" + stem + ".json")
             assert path.with_name(f"{stem}.json").is_file()
