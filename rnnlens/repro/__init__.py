@@ -42,6 +42,7 @@ class Table:
     metric: dict
     tolerance: dict | None
     rows: list[Row]
+    search: dict | None = None         # the hyper-parameter search its "search" rows use (repro.search)
 
     @property
     def needs(self) -> list[str]:
@@ -59,11 +60,16 @@ def _table_from_dict(d: dict, where: str) -> Table:
                             dataset=r.get("dataset", "") or "", data=list(r.get("data") or []),
                             note=r.get("note", "") or "", key=r.get("key"), scale=r.get("scale"),
                             extra={k: v for k, v in r.items() if k not in _ROW_FIELDS}))
-        return Table(id=d["id"], paper=d["paper"], source=d.get("source", ""), title=d.get("title", ""),
+        table = Table(id=d["id"], paper=d["paper"], source=d.get("source", ""), title=d.get("title", ""),
                      kind=d.get("kind", "train"), pipeline=d.get("pipeline", ""), metric=dict(d.get("metric") or {}),
-                     tolerance=d.get("tolerance"), rows=rows)
+                     tolerance=d.get("tolerance"), rows=rows, search=d.get("search"))
     except (KeyError, TypeError) as e:
         raise RnnlensError(f"{where}: malformed reproduction table ({e})") from None
+    if table.search is not None or any(r.extra.get("search") for r in table.rows):
+        from .search import check_search
+
+        check_search(table, where)
+    return table
 
 
 def load_tables() -> dict[str, Table]:

@@ -118,13 +118,16 @@ def portable_config(cfg: dict) -> dict:
 
 
 def write_run(results: Path, run_dir: Path, *, config_file: str, cfg: dict, seed: int, budget: str, seconds: float,
-              test: dict, command: str, threads, device: str, init_from: dict | None = None) -> Path:
-    """results/runs/<run>/ for the trained run folder run_dir (its metrics.jsonl is copied)."""
+              test: dict, command: str, threads, device: str, init_from: dict | None = None,
+              overrides: dict | None = None) -> Path:
+    """results/runs/<run>/ for the trained run folder run_dir (its metrics.jsonl is copied).
+    overrides: what the run changed from its config file ({section: {key: value}})."""
     folder = results / RUNS / run_dir.name
     rec = {"run": run_dir.name, "config_file": config_file, "seed": seed, "budget": budget,
            "seconds": round(float(seconds), 1), "threads": threads, "device": device, "command": command,
            "recorded": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", **environment(),
-           "init_from": init_from, "test": test, "config": portable_config(cfg)}
+           "init_from": init_from, **({"overrides": overrides} if overrides else {}), "test": test,
+           "config": portable_config(cfg)}
     old = read_run(results, run_dir.name)
     if old is not None and {k: v for k, v in old.items() if k not in _VOLATILE} == \
             {k: v for k, v in rec.items() if k not in _VOLATILE}:

@@ -163,4 +163,5 @@ def row_record(r: RowResult) -> dict:
     return {"label": r.row.label, "status": r.status, "values": r.values, "paper": r.row.paper,
             "budget": r.budget, "budget_name": r.budget_name, "data_used": r.data_used, "note": r.note,
             "checks": [list(c) for c in r.checks], "check_prefix": r.check_prefix,
-            "seconds": round(r.seconds, 1), "runs": [Path(p).name for p in r.runs]}
+            "seconds": round(r.seconds, 1), "runs": [Path(p).name for p in r.runs],
+            **({"search": r.search} if r.search else {})}

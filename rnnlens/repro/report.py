@@ -68,7 +68,8 @@ def _result_of(table: Table, row: Row, rec: dict) -> RowResult:
     return RowResult(row, status=rec.get("status", "ok"), values=list(rec.get("values") or []),
                      budget=rec.get("budget", ""), data_used=rec.get("data_used", ""), note=rec.get("note", ""),
                      checks=[tuple(c) for c in rec.get("checks") or []], check_prefix=rec.get("check_prefix"),
-                     runs={r: 0.0 for r in rec.get("runs") or []}, budget_name=rec.get("budget_name", ""))
+                     runs={r: 0.0 for r in rec.get("runs") or []}, budget_name=rec.get("budget_name", ""),
+                     search=rec.get("search"))
 
 
 def config_changes(record: dict, configs: Path | None) -> list[str]:
@@ -77,7 +78,8 @@ def config_changes(record: dict, configs: Path | None) -> list[str]:
     and seed) now differs from what the run recorded, leaving out what --resume may change,
     the data folder and the folder the word vectors were written to. [] when nothing changed,
     or when the file or the record cannot tell (no configs folder, a run not made from a
-    config file, a file that no longer loads)."""
+    config file, a file that no longer loads). What the run changed on purpose (its
+    record's "overrides": a row's overrides, a search trial's setting) is not a change."""
     from ..config import load_config_file
     from .run import run_differences
 
@@ -90,6 +92,9 @@ def config_changes(record: dict, configs: Path | None) -> list[str]:
     except Exception:                   # a missing or broken file: nothing to compare with
         return []
     now["train"]["seed"] = record.get("seed", now["train"]["seed"])
+    for section, values in (record.get("overrides") or {}).items():      # what the run changed on purpose
+        if isinstance(values, dict) and isinstance(now.get(section), dict):
+            now[section].update(values)
     if (saved.get("train") or {}).get("init_from"):
         now["train"]["init_from"] = saved["train"]["init_from"]     # the first phase's run folder
     return run_differences(saved, now)
@@ -240,6 +245,12 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
             budget = f"{bname}: {budget}" if bname and budget else (budget or bname)
             records = {n: read_run(results_dir, n) for n in res.runs}
             runs = ", ".join(f"`{n}`" if rec is not None else f"`{n}` (no record)" for n, rec in records.items())
+            trials = [t["run"] for t in (res.search or {}).get("trials") or []]
+            if trials:                               # a tuned row: its search's runs, recorded too
+                gone = [n for n in trials if read_run(results_dir, n) is None]
+                runs += (f"; searched over {len(trials)} trials, `{trials[0]}` to `{trials[-1]}`"
+                         + (f" ({len(gone)} without a record)" if gone else ""))
+            records.update({n: read_run(results_dir, n) for n in trials})
             changed = sorted({c for rec in records.values() for c in config_changes(rec or {}, configs)})
             if changed and stale is not None:
                 stale.append(f"{table.id}: {res.row.label}")

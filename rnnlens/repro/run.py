@@ -73,6 +73,7 @@ class RowResult:
     check_prefix: str | None = None                # the checks' label prefix (default: the row's label)
     runs: dict = field(default_factory=dict)      # run folder -> its training seconds
     budget_name: str = ""                          # quick | full | tiny: the budget its runs had
+    search: dict | None = None                     # a tuned row's trials: {"best": t, "trials": [...]}
 
     @property
     def seconds(self) -> float:
@@ -188,7 +189,8 @@ def run_differences(saved: dict, new: dict) -> list[str]:
 
 
 def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None = None,
-                   init_from: Path | None = None, weights: bool = True, need: str | None = None) -> Run:
+                   init_from: Path | None = None, weights: bool = True, need: str | None = None,
+                   name: str | None = None) -> Run:
     """The run of `config` (with `overrides`, {section: {key: value}}) and seed `seed` at
     ctx's budget: reused when DIR/runs has its test record of the same settings, or (when
     the caller needs no weights, and the run starts from none) when ctx.results has its
@@ -199,7 +201,8 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     reused only while that folder holds the same weights it started from. Every run used
     is recorded under ctx.results. need: a test metric the caller reads; a reused run whose
     test record lacks it (a metric added after it was trained) is evaluated again from its
-    weights (`reevaluate`) instead of being retrained."""
+    weights (`reevaluate`) instead of being retrained. name: the run's name before its
+    -<budget>-seed<k> (default: the config's stem, then the overrides as +key=value)."""
     from ..config import Config
     from ..train.resume import Checkpoints, training_dir
     from ..train.run import train_run
@@ -211,6 +214,7 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     for section, values in (overrides or {}).items():
         d[section].update(values)
         stem += "+" + "+".join(f"{k}={v}" for k, v in sorted(values.items()))
+    stem = name or stem
     start = None
     if init_from is not None:
         d["train"]["init_from"] = str(init_from)
@@ -231,7 +235,7 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
             if need is not None and need not in test:
                 test = reevaluate(ctx, path, test)
             run = Run(test, cfg, path, float(info.get("seconds", 0.0)))
-            _record(ctx, run, config, seed, tag, start)
+            _record(ctx, run, config, seed, tag, start, overrides)
             return run
     if not weights and init_from is None:
         run = _from_record(ctx, cfg, path.name)
@@ -260,7 +264,7 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     if not res.test or test is None:
         raise RnnlensError(f"{config}: the run wrote no test record")
     run = Run(test, cfg, path, seconds)
-    _record(ctx, run, config, seed, tag, start)
+    _record(ctx, run, config, seed, tag, start, overrides)
     return run
 
 
@@ -316,7 +320,8 @@ def reevaluate(ctx: Context, path: Path, old: dict) -> dict:
     return _test_record(path)
 
 
-def _record(ctx: Context, run: Run, config: str, seed: int, tag: str, start: str | None) -> None:
+def _record(ctx: Context, run: Run, config: str, seed: int, tag: str, start: str | None,
+            overrides: dict | None = None) -> None:
     if ctx.results is None:
         return
     from . import records
@@ -337,7 +342,7 @@ def _record(ctx: Context, run: Run, config: str, seed: int, tag: str, start: str
         return              # this very run, recorded already: its record keeps the command that made it
     records.write_run(ctx.results, run.path, config_file=f"configs/{config}", cfg=d, seed=seed, budget=tag,
                       seconds=run.seconds, test=run.test, command=ctx.command, threads=d["train"].get("threads"),
-                      device=d["train"].get("device", "cpu"), init_from=init)
+                      device=d["train"].get("device", "cpu"), init_from=init, overrides=overrides or None)
 
 
 def _from_record(ctx: Context, cfg, name: str) -> Run | None:
@@ -407,19 +412,33 @@ def _scaled(v, scale):
     return None if v is None else float(v) * scale
 
 
-def per_seed(ctx: Context, row: Row, fn, weights: bool = True, need: str | None = None) -> RowResult:
+def per_seed(ctx: Context, row: Row, fn, weights: bool = True, need: str | None = None,
+             table: Table | None = None) -> RowResult:
     """Train or reuse the row's run for each seed; its values are fn(run). weights=False: fn
     reads only run.test, so a run's record may stand in for the run (see train_or_reuse).
-    need: the test metric fn reads (a reused run lacking it is evaluated again)."""
+    need: the test metric fn reads (a reused run lacking it is evaluated again). A row with
+    "search" is tuned first over `table`'s search (repro.search), its seeds then run at the
+    best trial's setting."""
     res = RowResult(row, budget_name="tiny" if ctx.tiny else ctx.budget)
+    overrides, name = row.extra.get("overrides"), None
+    if row.extra.get("search"):           # tuned: the best trial's setting (repro.search)
+        from .search import search, summary, trial_name
+
+        if table is None or table.search is None:
+            raise RnnlensError(f"{row.label}: a search row in a table whose pipeline does not tune")
+        best, trials = search(ctx, table, row)
+        overrides, name = best.overrides, trial_name(row.config, best.index)
+        res.search = {"best": best.index, "trials": [{"trial": t.index, "run": t.run, "dev": t.dev,
+                                                      "overrides": t.overrides} for t in trials]}
+        res.note = summary(table, best, trials)
     for s in range(ctx.seeds):
         start = None
         if row.extra.get("init_from"):        # a second phase: first the run it starts from
             start = train_or_reuse(ctx, row.extra["init_from"], ctx.seed0 + s)
             res.runs[str(start.path)] = round(start.seconds, 1)
         run = train_or_reuse(ctx, row.config or row.extra["base_config"], ctx.seed0 + s,
-                             row.extra.get("overrides"), init_from=None if start is None else start.path,
-                             weights=weights, need=need)
+                             overrides, init_from=None if start is None else start.path,
+                             weights=weights, need=need, name=name)
         res.values.append(fn(run))
         res.runs[str(run.path)] = round(run.seconds, 1)
         res.budget = budget_text(run.cfg)
@@ -431,7 +450,7 @@ def per_seed(ctx: Context, row: Row, fn, weights: bool = True, need: str | None 
 def run_train_row(ctx: Context, table: Table, row: Row) -> RowResult:
     """Train the row's config per seed and read the table's metric from the test record."""
     return per_seed(ctx, row, lambda run: metric_value(table, row, run.test), weights=False,
-                    need=row.key or table.metric.get("key"))
+                    need=row.key or table.metric.get("key"), table=table)
 
 
 def data_used_text(cfg) -> str:
