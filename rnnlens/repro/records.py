@@ -143,6 +143,18 @@ def write_run(results: Path, run_dir: Path, *, config_file: str, cfg: dict, seed
     return folder
 
 
+def mark_overrides(results: Path, name: str, overrides: dict | None) -> None:
+    """Say in the record of the run `name` what it changed from its config file on purpose,
+    where it does not say so yet (a record written before records kept it): the settings are
+    in its config already; this tells a changed config file from a row's own overrides."""
+    rec = read_run(results, name)
+    if rec is None or rec.get("overrides") == overrides or not overrides:
+        return
+    head = {k: v for k, v in rec.items() if k not in ("overrides", "test", "config")}
+    out = {**head, "overrides": overrides, "test": rec["test"], "config": rec.get("config")}
+    write_atomic(results / RUNS / name / "record.json", json.dumps(out, indent=1) + "\n")
+
+
 def tables_citing(results: Path, run: str, but: str | None = None) -> list[str]:
     """The tables under results/tables whose rows read the run `run` (but the table `but`):
     those to compute again when the run's record is replaced by another run of that name."""

@@ -240,6 +240,9 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     if not weights and init_from is None:
         run = _from_record(ctx, cfg, path.name)
         if run is not None:
+            from .records import mark_overrides
+
+            mark_overrides(ctx.results, path.name, overrides or None)
             return run
     if ctx.reuse_only:
         raise NotRun(path)
@@ -338,7 +341,8 @@ def _record(ctx: Context, run: Run, config: str, seed: int, tag: str, start: str
         init = {"run": Path(d["train"]["init_from"]).name, "sha256": start}
         d["train"]["init_from"] = init["run"]
     if (old is not None and old.get("test") == run.test and isinstance(old.get("config"), dict)
-            and not run_differences(old["config"], records.portable_config(d))):
+            and not run_differences(old["config"], records.portable_config(d))
+            and old.get("overrides") == (overrides or None)):
         return              # this very run, recorded already: its record keeps the command that made it
     records.write_run(ctx.results, run.path, config_file=f"configs/{config}", cfg=d, seed=seed, budget=tag,
                       seconds=run.seconds, test=run.test, command=ctx.command, threads=d["train"].get("threads"),

@@ -142,3 +142,34 @@ def test_every_committed_tuned_rows_trials_have_records():
         for row in rec["rows"]:
             for t in (row.get("search") or {}).get("trials") or []:
                 assert read_run(results, t["run"]) is not None, f"{tid} / {row['label']}: no record of {t['run']}"
+
+
+def test_a_row_with_overrides_is_not_a_changed_config_and_an_older_record_learns_its_overrides(tmp_path):
+    """A run made with a row's overrides records them, so the render does not take the
+    overrides for an edited config file; a record written before records kept them gains
+    them the next time the row reads it."""
+    table = Table("t-over", "unitary-recurrent-networks", "Fig", "t", "train", "",
+                  {"key": "test_accuracy", "scale": 100}, {"abs": 1.5},
+                  [Row("3-TURN wider", 90.0, extra={"base_config": "dyck-turn3.json",
+                                                    "overrides": {"train": {"lr": 0.02}}})])
+    results = tmp_path / "results"
+    ctx = Context(out=tmp_path / "o", configs=default_configs_dir(), threads=1, progress=False, tiny=True,
+                  results=results, command="test")
+    (res,) = run_table(ctx, table)
+    name = Path(next(iter(res.runs))).name
+    path = results / "runs" / name / "record.json"
+    rec = json.loads(path.read_text())
+    assert rec["overrides"] == {"train": {"lr": 0.02}} and config_changes(rec, default_configs_dir()) == []
+    del rec["overrides"]                                   # as an older record was written
+    path.write_text(json.dumps(rec))
+    from rnnlens.config import load_config_file
+
+    full = load_config_file(default_configs_dir() / "dyck-turn3.json").to_dict()
+    full["train"]["lr"] = 0.02
+    made = {"config_file": "configs/dyck-turn3.json", "budget": "full", "seed": 0, "config": full}
+    assert [c.split(" ")[0] for c in config_changes(made, default_configs_dir())] == ["train.lr"]
+    assert config_changes({**made, "overrides": {"train": {"lr": 0.02}}}, default_configs_dir()) == []
+    run_table(Context(**{**ctx.__dict__, "out": tmp_path / "fresh"}), table)      # read from the record
+    again = json.loads(path.read_text())
+    assert again["overrides"] == {"train": {"lr": 0.02}} and again["test"] == rec["test"]
+    assert config_changes(again, default_configs_dir()) == []
