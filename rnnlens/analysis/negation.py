@@ -304,7 +304,27 @@ def context_phrase_scores(model, vocab: Vocab, phrases: list[list[str]], coef: S
     return s
 
 
+@torch.no_grad()
+def pooled_phrase_scores(model, vocab: Vocab, phrases: list[list[str]], coef: Sequence[float]) -> torch.Tensor:
+    """The context score of a model without a linear view (the transformer): w^T of the
+    phrase's summary, the vector the classifier's output layer reads (the mean of the
+    outputs, as the implicit-ngrams paper scores its Transformer, footnote 10), dropout off.
+    [N]."""
+    batch = collate([Example(p) for p in phrases], vocab)
+    was = model.training
+    model.eval()
+    try:
+        h = model.head.pool(model.encode(batch), batch)
+    finally:
+        model.train(was)
+    W = model.readout_weight
+    w = (torch.as_tensor(coef, dtype=W.dtype, device=W.device)[:, None] * W).sum(0)
+    return h.to(w.dtype) @ w
+
+
 def _phrase_scores(model, vocab, phrases, coef, kind) -> torch.Tensor:
+    if kind == "context" and model.cfg.cell == "transformer":
+        return pooled_phrase_scores(model, vocab, phrases, coef)
     if kind == "context":
         return context_phrase_scores(model, vocab, phrases, coef)
     total = None
@@ -321,18 +341,19 @@ def negation_study(model, vocab: Vocab, positive: Sequence[str], negative: Seque
     """Score every adjective in every form as a standalone phrase (implicit-ngrams eq. 14).
 
     kind "ngram": the full-span n-gram score w^T v_{1:T} (for "not X": w^T A(X) g(not));
-    "context": sum_i w^T v_{i:T}; None: "context" for VA-W/VA-EW (whose n-grams hold one
-    token), "ngram" otherwise. w: output row `row` if given, else the readout of `sides`
+    "context": sum_i w^T v_{i:T} (for the transformer, which has no linear view: w^T of the
+    mean of its outputs); None: "context" for VA-W/VA-EW (whose n-grams hold one token) and
+    the transformer, "ngram" otherwise. w: output row `row` if given, else the readout of `sides`
     (default: sentiment_sides(model.task, model.labels)); see SentimentSides.readout.
     Adjectives not in the vocabulary are skipped (listed in .skipped), and so are forms whose
     modifier words are not (.skipped_forms).
     """
     cell = model.cfg.cell
-    if cell == "transformer":
-        raise RnnlensError("a transformer has no n-gram decomposition: the negation study scores recurrent "
-                           "models (the paper scores the transformer by its mean output; not done here)")
+    if cell == "transformer" and kind == "ngram":
+        raise RnnlensError("a transformer has no n-gram decomposition: score it by its context (the mean of its "
+                           "outputs, as the paper does), not by n-grams")
     if kind is None:
-        kind = "context" if cell in CONTEXT_CELLS else "ngram"
+        kind = "context" if cell in CONTEXT_CELLS or cell == "transformer" else "ngram"
     if kind not in ("ngram", "context"):
         raise RnnlensError(f"score kind {kind!r} is not 'ngram' or 'context'")
     n_rows = model.readout_weight.shape[0]

@@ -221,7 +221,30 @@ def test_study_forms_rows_and_errors():
     tr = RNNModel(ModelConfig(cell="transformer", embedding_dim=4, hidden_size=4), len(vocab), "classify",
                   ["negative", "positive"])
     with pytest.raises(RnnlensError, match="transformer"):
-        negation_study(tr, vocab, POS, NEG)
+        negation_study(tr, vocab, POS, NEG, kind="ngram")
+
+
+def test_the_transformer_is_scored_by_the_mean_of_its_outputs():
+    """The paper scores its Transformer by the context representation it trains on, the
+    mean of the outputs (footnote 10): w^T mean_t out_t of the standalone phrase, dropout off,
+    and the model's training mode kept."""
+    torch.manual_seed(0)
+    vocab = Vocab(WORDS)
+    tr = RNNModel(ModelConfig(cell="transformer", embedding_dim=8, hidden_size=8, heads=2, pooling="mean",
+                              layer_dropout=0.5, embedding_dropout=0.5),
+                  len(vocab), "classify", ["negative", "positive"]).train()
+    study = negation_study(tr, vocab, POS, NEG)
+    assert study.kind == "context" and tr.training
+    tr.eval()
+    for r in study.rows:
+        toks = r.form.replace("X", r.word).split()
+        ids = torch.tensor([vocab.encode(toks)])
+        out, _ = tr.encoder(ids, torch.ones_like(ids, dtype=torch.bool))
+        want = out.mean(1)[0] @ tr.readout_weight[0]
+        logit = tr(collate([Example(toks)], vocab))
+        assert r.score == pytest.approx(want.item(), abs=1e-5)
+        assert r.score == pytest.approx((logit - tr.head.out.bias).item() if tr.head.out.bias is not None
+                                        else logit.item(), abs=1e-5)
 
 
 def test_regression_head_readout():
