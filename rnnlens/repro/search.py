@@ -61,6 +61,8 @@ def check_search(table, where: str) -> None:
     for r in table.rows:
         if r.extra.get("search") and not r.config:
             raise RnnlensError(f"{where}: row {r.label!r} asks for a search but names no config")
+        if r.extra.get("search") and r.extra.get("init_from"):
+            raise RnnlensError(f"{where}: row {r.label!r}: a search row cannot start from another run (init_from)")
 
 
 def draw(space: dict, trial: int, salt: str) -> dict[str, dict]:
@@ -80,6 +82,14 @@ def draw(space: dict, trial: int, salt: str) -> dict[str, dict]:
             v = float(f"{math.exp(rng.uniform(math.log(lo), math.log(hi))):.2g}")
         section, key = name.split(".", 1)
         out.setdefault(section, {})[key] = v
+    return out
+
+
+def with_row_overrides(row, drawn: dict) -> dict:
+    """The row's own overrides (if any) with the trial's draw on top."""
+    out = {section: dict(values) for section, values in (row.extra.get("overrides") or {}).items()}
+    for section, values in drawn.items():
+        out.setdefault(section, {}).update(values)
     return out
 
 
@@ -121,7 +131,7 @@ def search(ctx, table, row) -> tuple[Trial, list[Trial]]:
     n = min(spec["trials"], TINY_TRIALS) if ctx.tiny else spec["trials"]
     trials = []
     for t in range(n):
-        over = draw(spec["space"], t, table.id)
+        over = with_row_overrides(row, draw(spec["space"], t, table.id))
         if not ctx.reuse_only:
             ctx.log(f"{row.label}: search trial {t + 1}/{n}: {describe(over)}")
         run = train_or_reuse(ctx, row.config, ctx.seed0, over, weights=False, name=trial_name(row.config, t))

@@ -173,3 +173,20 @@ def test_a_row_with_overrides_is_not_a_changed_config_and_an_older_record_learns
     again = json.loads(path.read_text())
     assert again["overrides"] == {"train": {"lr": 0.02}} and again["test"] == rec["test"]
     assert config_changes(again, default_configs_dir()) == []
+
+
+def test_a_search_rows_own_overrides_stay_under_every_trial_and_init_from_is_refused(tmp_path):
+    row = Row("3-TURN (tuned, smaller steps)", 90.0, config="dyck-turn3.json",
+              extra={"search": True, "overrides": {"train": {"clip": 0.5}, "model": {"hidden_size": 99}}})
+    table = _table(trials=2, rows=[row])
+    results = tmp_path / "results"
+    ctx = Context(out=tmp_path / "o", configs=default_configs_dir(), threads=1, progress=False, tiny=True,
+                  results=results, command="test")
+    (res,) = run_table(ctx, table)
+    for t in res.search["trials"]:
+        rec = read_run(results, t["run"])
+        assert rec["config"]["train"]["clip"] == 0.5                        # the row's own
+        assert rec["config"]["model"]["hidden_size"] == t["overrides"]["model"]["hidden_size"] != 99   # the draw's
+    with pytest.raises(RnnlensError, match="init_from"):
+        check_search(_table(rows=[Row("A", 1.0, config="dyck-turn3.json",
+                                      extra={"search": True, "init_from": "dyck-urn.json"})]), "x.json")
