@@ -174,10 +174,29 @@ def figure_data(table: Table, results: list[RowResult]) -> dict | None:
     return {"kind": "gap", "rows": rows, "band": band, "relative": relative, "unit": unit}
 
 
+def search_data(table: Table, results: list[RowResult]) -> list[dict]:
+    """The tuned rows' searches, for search_plot: each trial's dev score, the chosen one, the
+    row's test mean and the paper's number, on the table's scale. [] when no row is tuned."""
+    from .run import mean_std
+
+    scale = table.metric.get("scale", 1)
+    out = []
+    for r in results:
+        trials = (r.search or {}).get("trials") or []
+        if r.status != "ok" or not trials:
+            continue
+        order = [t["trial"] for t in trials]
+        out.append({"label": r.row.label, "trials": [t["dev"] * scale for t in trials],
+                    "best": order.index(r.search["best"]), "test": mean_std(r.values)[0],
+                    "paper": r.row.paper if isinstance(r.row.paper, (int, float)) else None})
+    return out
+
+
 def write_figures(results_dir: Path, out_dir: Path) -> list[Path]:
-    """Draw each recorded table's figure (figure_data) into out_dir/<table>.png, and remove the
-    figure of a table that has none now."""
-    from ..viz.repro_plots import curve_plot, gap_plot
+    """Draw each recorded table's figure (figure_data) into out_dir/<table>.png, and its tuned
+    rows' searches (search_data) into out_dir/<table>-search.png; remove the figures a table
+    has none of now."""
+    from ..viz.repro_plots import curve_plot, gap_plot, search_plot
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -185,7 +204,15 @@ def write_figures(results_dir: Path, out_dir: Path) -> list[Path]:
     for tid, table in load_tables().items():
         if tid not in recs:
             continue
-        data = figure_data(table, table_results(table, recs[tid]))
+        results = table_results(table, recs[tid])
+        tuned = search_data(table, results)
+        if tuned:
+            path = out_dir / f"{tid}-search.png"
+            m = table.metric
+            search_plot(tuned, path, f"{tid}: the random search of its tuned rows",
+                        xlabel=f"{m.get('name', 'score')}{' (%)' if m.get('unit') == '%' else ''}")
+            written.append(path)
+        data = figure_data(table, results)
         if data is None:
             continue
         path = out_dir / f"{tid}.png"
@@ -198,7 +225,7 @@ def write_figures(results_dir: Path, out_dir: Path) -> list[Path]:
                        ylabel=m.get("name", ""), bound=data["bound"])
         written.append(path)
     for stale in out_dir.glob("*.png"):          # a table that no longer has a figure
-        if stale not in written and stale.stem in load_tables():
+        if stale not in written and stale.stem.removesuffix("-search") in load_tables():
             stale.unlink()
     return written
 
@@ -226,6 +253,8 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
         out.append(f"- pipeline: {table.pipeline}")
     if figures is not None and figure_data(table, results) is not None:
         out += ["", f"![{table.id}: ours against the paper]({figures}/{table.id}.png)"]
+    if figures is not None and search_data(table, results):
+        out += ["", f"![{table.id}: the random search of its tuned rows]({figures}/{table.id}-search.png)"]
     out += ["", "| row | dataset | paper | ours | ours - paper | verdict | budget | data used | runs | note |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     verdicts = []

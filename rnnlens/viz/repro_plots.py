@@ -73,3 +73,36 @@ def curve_plot(series: dict[str, dict[str, float]], path: str | Path, title: str
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return Path(path)
+
+
+def search_plot(rows: Sequence[dict], path: str | Path, title: str = "", xlabel: str = "dev score") -> Path:
+    """A tuned row's random search: one line per row, a dot per trial at its development
+    score, the chosen trial a star, and the row's test mean over its seeds and the paper's
+    number beside them where given. rows: {"label", "trials": [dev, ...], "best": index,
+    "test" (or None), "paper" (or None)}, on one scale."""
+    plt = _plt()
+    n = len(rows)
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * n + 1.5))
+    seen = set()
+
+    def mark(x, y, style, label, **kw):
+        ax.plot(x, y, style, label=None if label in seen else label, **kw)
+        seen.add(label)
+
+    for y, r in enumerate(rows):
+        devs = np.asarray(r["trials"], dtype=float)
+        mark(devs, np.full(len(devs), y), "o", "trial (dev)", color="#a0aec0", ms=4, alpha=0.8)
+        mark([devs[r["best"]]], [y], "*", "chosen trial (dev)", color="#2b6cb0", ms=11)
+        if r.get("test") is not None:
+            mark([r["test"]], [y + 0.25], "D", "its seeds' test mean", color="#2f855a", ms=5)
+        if r.get("paper") is not None:
+            mark([r["paper"]], [y + 0.25], "|", "paper (test)", color="black", ms=12, mew=2)
+    ax.set_yticks(np.arange(n), [_short(r["label"], 40) for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.legend(fontsize=7, loc="best")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)

@@ -190,3 +190,26 @@ def test_a_search_rows_own_overrides_stay_under_every_trial_and_init_from_is_ref
     with pytest.raises(RnnlensError, match="init_from"):
         check_search(_table(rows=[Row("A", 1.0, config="dyck-turn3.json",
                                       extra={"search": True, "init_from": "dyck-urn.json"})]), "x.json")
+
+
+def test_the_render_draws_and_links_the_search_of_the_tuned_rows(tmp_path, monkeypatch):
+    from rnnlens.repro import report
+    from rnnlens.repro.report import search_data
+
+    table = _table(trials=2)
+    results = tmp_path / "results"
+    ctx = Context(out=tmp_path / "o", configs=default_configs_dir(), threads=1, progress=False, tiny=True,
+                  results=results, command="test")
+    (res,) = run_table(ctx, table)
+    rec = {"table": table.id, "paper": table.paper, "source": table.source, "rows": [row_record(res)]}
+    (results / "tables").mkdir(parents=True, exist_ok=True)
+    (results / "tables" / f"{table.id}.json").write_text(json.dumps(rec))
+    data = search_data(table, report.table_results(table, rec))
+    assert data == [{"label": table.rows[0].label, "trials": [t["dev"] * 100 for t in res.search["trials"]],
+                     "best": res.search["best"], "test": res.values[0], "paper": 90.0}]
+    monkeypatch.setattr(report, "load_tables", lambda: {table.id: table})
+    written = report.write_figures(results, results / "figures")
+    assert results / "figures" / f"{table.id}-search.png" in written
+    assert (results / "figures" / f"{table.id}-search.png").read_bytes()[:4] == b"\x89PNG"
+    text = report.render(results, figures="results/figures")
+    assert f"](results/figures/{table.id}-search.png)" in text
