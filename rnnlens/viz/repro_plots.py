@@ -17,6 +17,15 @@ NAMES = {"reproduced": "reproduced", "within-quick": "within (quick budget)", "m
          "above": "above the paper", "": "no verdict"}
 
 
+def _finish(plt, fig, ax, path, title: str) -> Path:
+    ax.legend(fontsize=7, loc="best")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)
+
+
 def gap_plot(rows: Sequence[dict], path: str | Path, title: str = "", band: float | None = None,
              relative: bool = False, unit: str = "points") -> Path:
     """One dot per row at ours - paper (or, relative, (ours - paper) / paper in %), its
@@ -42,12 +51,7 @@ def gap_plot(rows: Sequence[dict], path: str | Path, title: str = "", band: floa
     ax.set_yticks(y, [_short(r["label"], 40) for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("(ours - paper) / paper, %" if relative else f"ours - paper ({unit})")
-    ax.legend(fontsize=7, loc="best")
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return Path(path)
+    return _finish(plt, fig, ax, path, title)
 
 
 def curve_plot(series: dict[str, dict[str, float]], path: str | Path, title: str = "", xlabel: str = "",
@@ -67,12 +71,7 @@ def curve_plot(series: dict[str, dict[str, float]], path: str | Path, title: str
         ax.axhline(bound, color="#c53030", ls="--", lw=1, label=f"bound {bound:g}")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7)
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return Path(path)
+    return _finish(plt, fig, ax, path, title)
 
 
 def search_plot(rows: Sequence[dict], path: str | Path, title: str = "", xlabel: str = "dev score") -> Path:
@@ -100,9 +99,4 @@ def search_plot(rows: Sequence[dict], path: str | Path, title: str = "", xlabel:
     ax.set_yticks(np.arange(n), [_short(r["label"], 40) for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
-    ax.legend(fontsize=7, loc="best")
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return Path(path)
+    return _finish(plt, fig, ax, path, title)
