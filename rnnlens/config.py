@@ -45,7 +45,7 @@ RANGES: dict[str, tuple] = {
     "model.mlp_hidden": _WIDTH, "model.dropout": _FRACTION, "model.embedding_dropout": _FRACTION,
     "model.layer_dropout": _FRACTION, "model.recurrent_dropout": _FRACTION, "model.adaptive_softmax": _AT_LEAST_1,
     "model.heads": _WIDTH, "model.clamp": _POSITIVE, "model.window": _WIDTH,
-    "model.truncation": _AT_LEAST_1, "model.init_range": _POSITIVE, "model.forget_bias": _ANY,
+    "model.truncation": _AT_LEAST_1, "model.init_range": _POSITIVE, "model.embedding_norm": _POSITIVE, "model.forget_bias": _ANY,
     "model.memory_size": _WIDTH, "model.checkpoint_chunk": _AT_LEAST_1,
     "train.lr": _POSITIVE, "train.weight_decay": _AT_LEAST_0, "train.epochs": _AT_LEAST_1,
     "train.batch_size": _AT_LEAST_1, "train.clip": _POSITIVE, "train.patience": _AT_LEAST_1, "train.seed": _SEED,
@@ -134,6 +134,7 @@ class ModelConfig:
     recurrent_dropout: float = 0.0    # variational: one mask per sequence on h_{t-1}
     embeddings_file: str | None = None   # GloVe-format text file of pretrained vectors
     freeze_embeddings: bool = False
+    embedding_norm: float | None = None   # every word's vector rescaled to this length at the start (unit: 1.0)
     tie_weights: bool = False         # lm: output layer shares the input embedding
     adaptive_softmax: list[int] | None = None   # lm: cutoffs, e.g. [2000, 10000]
     heads: int = 4                    # transformer: attention heads

@@ -173,6 +173,19 @@ def batches(cfg: Config, task: str, examples: list[Example], vocab: Vocab, train
     return BatchIterator(examples, vocab, bs, shuffle=train, seed=cfg.train.seed)
 
 
+@torch.no_grad()
+def rescale_rows(embedding: torch.nn.Embedding, norm: float) -> None:
+    """Every row but padding's (and any all-zero row) rescaled to length `norm`: as the
+    rational paper normalises its fixed GloVe vectors to unit length, with the words the
+    file lacks (their random rows) on the same footing."""
+    w = embedding.weight
+    lengths = w.norm(dim=1, keepdim=True)
+    keep = lengths[:, 0] > 0
+    if embedding.padding_idx is not None:
+        keep[embedding.padding_idx] = False
+    w[keep] = w[keep] * (norm / lengths[keep])
+
+
 def build_model(cfg: Config, vocab: Vocab, task: str, labels: list[str] | None) -> RNNModel:
     model = RNNModel(cfg.model, len(vocab), task, labels, sentence_level=cfg.data.sentence_level)
     m = cfg.model
@@ -184,6 +197,8 @@ def build_model(cfg: Config, vocab: Vocab, task: str, labels: list[str] | None) 
             hit = vectors.abs().sum(1) > 0
             model.embedding.weight[hit] = vectors[hit]
         print(f"pretrained vectors for {found} of {len(vocab) - 2} words from {m.embeddings_file}")
+    if m.embedding_norm is not None:
+        rescale_rows(model.embedding, m.embedding_norm)
     if m.freeze_embeddings:
         model.embedding.weight.requires_grad_(False)
     return model

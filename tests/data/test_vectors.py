@@ -205,3 +205,32 @@ def test_cli_without_gensim_says_how_to_install_it(tmp_path, capsys, monkeypatch
     code, _, err = run(capsys, "vectors", "--corpus", "subj", "--data-dir", d, "--out", tmp_path / "v.txt")
     assert_clean_error(code, err, "needs gensim", "pip install")
     assert not (tmp_path / "v.txt").exists()
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_embedding_norm_puts_every_words_vector_at_that_length(tmp_path, frozen):
+    """model.embedding_norm: the file's vectors and the random rows of the words it lacks
+    alike are rescaled to the length given (unit, as the rational paper's GloVe vectors),
+    directions kept; padding stays zero; frozen embeddings keep it through training."""
+    import torch
+
+    from rnnlens.config import Config
+    from rnnlens.data.vocab import Vocab
+    from rnnlens.train.run import build_model
+
+    vocab = Vocab(["good", "bad", "film", "missing"])
+    path = tmp_path / "v.txt"
+    path.write_text("good 3 4 0\nbad 0 0 2\nfilm 1 1 1\n")
+    cfg = Config.from_dict({"model": {"cell": "gru", "embedding_dim": 3, "hidden_size": 4,
+                                      "embeddings_file": str(path), "embedding_norm": 1.0,
+                                      "freeze_embeddings": frozen}})
+    model = build_model(cfg, vocab, "classify", ["neg", "pos"])
+    w = model.embedding.weight.detach()
+    ids = vocab.encode(["good", "bad", "film", "missing"])
+    assert torch.allclose(w[ids].norm(dim=1), torch.ones(4))
+    assert torch.allclose(w[ids[0]], torch.tensor([0.6, 0.8, 0.0]))
+    assert torch.allclose(w[ids[2]], torch.full((3,), 3 ** -0.5))
+    assert torch.equal(w[0], torch.zeros(3))                       # padding
+    assert model.embedding.weight.requires_grad is not frozen
+    with pytest.raises(Exception, match="embedding_norm"):
+        Config.from_dict({"model": {"embedding_norm": 0.0}})
