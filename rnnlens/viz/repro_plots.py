@@ -17,8 +17,11 @@ NAMES = {"reproduced": "reproduced", "within-quick": "within (quick budget)", "m
          "above": "above the paper", "": "no verdict"}
 
 
-def _finish(plt, fig, ax, path, title: str) -> Path:
-    ax.legend(fontsize=7, loc="best")
+def _finish(plt, fig, ax, path, title: str, outside: bool = False) -> Path:
+    if outside:                                  # beside the axes: the points use all of them
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    else:
+        ax.legend(fontsize=7, loc="best")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -81,7 +84,7 @@ def search_plot(rows: Sequence[dict], path: str | Path, title: str = "", xlabel:
     "test" (or None), "paper" (or None)}, on one scale."""
     plt = _plt()
     n = len(rows)
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * n + 1.5))
+    fig, ax = plt.subplots(figsize=(9.0, 0.5 * n + 1.4))
     seen = set()
 
     def mark(x, y, style, label, **kw):
@@ -93,10 +96,10 @@ def search_plot(rows: Sequence[dict], path: str | Path, title: str = "", xlabel:
         mark(devs, np.full(len(devs), y), "o", "trial (dev)", color="#a0aec0", ms=4, alpha=0.8)
         mark([devs[r["best"]]], [y], "*", "chosen trial (dev)", color="#2b6cb0", ms=11)
         if r.get("test") is not None:
-            mark([r["test"]], [y + 0.25], "D", "its seeds' test mean", color="#2f855a", ms=5)
+            mark([r["test"]], [y + 0.2], "D", "its seeds' test mean", color="#2f855a", ms=5)
         if r.get("paper") is not None:
-            mark([r["paper"]], [y + 0.25], "|", "paper (test)", color="black", ms=12, mew=2)
+            mark([r["paper"]], [y + 0.2], "|", "paper (test)", color="black", ms=10, mew=2)
     ax.set_yticks(np.arange(n), [_short(r["label"], 40) for r in rows], fontsize=8)
-    ax.invert_yaxis()
+    ax.set_ylim(n - 0.5, -0.5)
     ax.set_xlabel(xlabel)
-    return _finish(plt, fig, ax, path, title)
+    return _finish(plt, fig, ax, path, title, outside=True)
