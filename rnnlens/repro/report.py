@@ -43,6 +43,10 @@ commit, device, threads, seed, budget, wall time, test metrics) and its `metrics
   what: without the paper's spectral normalisation, without its pre-trained vectors, ...). It
   is shown beside the paper's number with where it lands, and counted apart: it is not the
   paper's row, so it is neither reproduced nor missed.
+- A **tuned** row follows a paper that tunes each model by random search: its config is
+  trained at each of the table's draws of the paper's search space (the same draws for
+  every model, each a recorded run), and its seeds run at the trial with the best dev score;
+  its note gives that trial's setting, and the table's search figure shows every trial.
 - A dataset a paper used that is not in the shared data gives a row marked "missing data",
   never a substitute. `rnnlens repro --list` shows every table and what it needs.
 """
