@@ -287,14 +287,19 @@ def form_tokens(form: str, word: str) -> list[str]:
     return [word if p == "X" else p for p in parts]
 
 
+def _readout(model, coef: Sequence[float]) -> torch.Tensor:
+    """w = sum_c coef_c W_c over the output layer's rows."""
+    W = model.readout_weight
+    return (torch.as_tensor(coef, dtype=W.dtype, device=W.device)[:, None] * W).sum(0)
+
+
 @torch.no_grad()
 def context_phrase_scores(model, vocab: Vocab, phrases: list[list[str]], coef: Sequence[float]) -> torch.Tensor:
     """Context score of each standalone phrase at its last token: sum_i w^T v_{i:T} (plus the
     start state's part), w = sum_c coef_c W_c. [N]. For an exact view this is w^T h_T."""
     batch = collate([Example(p) for p in phrases], vocab)
     view = model.linear_view(batch)
-    W = model.readout_weight
-    w = (torch.as_tensor(coef, dtype=W.dtype, device=W.device)[:, None] * W).sum(0)
+    w = _readout(model, coef)
     idx = torch.arange(len(phrases))
     last = batch.lengths - 1
     s = ngram_scores(view, w)[idx, last, :, 0].sum(1)             # pad starts are zero
@@ -317,8 +322,7 @@ def pooled_phrase_scores(model, vocab: Vocab, phrases: list[list[str]], coef: Se
         h = model.head.pool(model.encode(batch), batch)
     finally:
         model.train(was)
-    W = model.readout_weight
-    w = (torch.as_tensor(coef, dtype=W.dtype, device=W.device)[:, None] * W).sum(0)
+    w = _readout(model, coef)
     return h.to(w.dtype) @ w
 
 
