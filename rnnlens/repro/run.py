@@ -430,7 +430,7 @@ def per_seed(ctx: Context, row: Row, fn, weights: bool = True, need: str | None 
 
         if table is None or table.search is None:
             raise RnnlensError(f"{row.label}: a search row in a table whose pipeline does not tune")
-        best, trials = search(ctx, table, row)
+        best, trials = search(ctx, table, row, train_or_reuse)
         overrides, name = best.overrides, trial_name(row.config, best.index)
         res.search = {"best": best.index, "trials": [{"trial": t.index, "run": t.run, "dev": t.dev,
                                                       "overrides": t.overrides} for t in trials]}

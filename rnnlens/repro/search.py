@@ -120,11 +120,10 @@ class Trial:
     dev: float
 
 
-def search(ctx, table, row) -> tuple[Trial, list[Trial]]:
-    """Train (or reuse) every trial of the row at the first seed; (the best, all of them).
-    Under --tiny only the first TINY_TRIALS are tried."""
-    from .run import train_or_reuse
-
+def search(ctx, table, row, train_or_reuse) -> tuple[Trial, list[Trial]]:
+    """Train (or reuse) every trial of the row at the first seed with train_or_reuse
+    (repro.run's, passed in: this module stays below it); (the best, all of them). Under
+    --tiny only the first TINY_TRIALS are tried."""
     spec = table.search
     select = selected_metric(table)
     sign = 1.0 if table.metric.get("higher_is_better", True) is not False else -1.0
