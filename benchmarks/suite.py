@@ -58,6 +58,17 @@ SPEED_TARGETS = {"mvma-g": 1.0, "mvma-l": 1.0, "gru-approx": 1.0, "lstm-approx":
 LONG_TARGETS = {"rrnn-b": 3.0, "rrnn-c": 3.0, "rrnn-f": 3.0}          # at length 1024
 OWN_TARGETS = {"elman": "torch.nn.RNN", "gru": "torch.nn.GRU", "lstm": "torch.nn.LSTM"}   # >= 0.95x
 URN_TARGET, RM_TARGET, OWN_TARGET, MEMORY_TARGET, OTHER_TARGET = 1.0, 0.5, 0.95, 1.5, 0.5
+# On a GPU (--device cuda) against cuDNN: the long part runs batch 64 x length 1024 x hidden 1024
+# and times the classic cells (against torch's module of their kind) and MVMA there as well.
+CUDA_SPEED_TARGETS = {"mvma-g": 0.8, "mvma-l": 0.8, "rrnn-b": 3.0, "rrnn-c": 3.0, "rrnn-f": 3.0}
+CUDA_LONG_TARGETS = {"mvma-g": 0.8, "mvma-l": 0.8, "rrnn-b": 5.0, "rrnn-c": 5.0, "rrnn-f": 5.0}
+
+
+def goals(device: str) -> tuple[dict, dict]:
+    """(speed targets at length 35, targets of the long part) on this device."""
+    if device.startswith("cuda"):
+        return CUDA_SPEED_TARGETS, CUDA_LONG_TARGETS
+    return SPEED_TARGETS, LONG_TARGETS
 TORCH = ("torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN", "torch.nn.LSTM-aten")
 REF = "torch.nn.LSTM"
 REF_EVERY = 4        # the speed tables time torch.nn.LSTM again after every 4 cells (the machine drifts)
@@ -66,7 +77,9 @@ PROBE = 512          # the memory probe's length for cells whose length-35 run e
 CHECKPOINTED = ("gru", "mvma-l")        # the memory rows with model.checkpoint_chunk (one within 1.5x, one not)
 
 
-def settings(quick: bool) -> dict:
+def settings(quick: bool, cuda: bool = False) -> dict:
+    if cuda and not quick:      # timings are cheap there: more repeats; the long part at the GPU's size
+        return {**settings(False), "repeats": 20, "warmup": 3, "long_batch": 64, "long_size": 1024}
     if quick:
         return {"batch": 4, "length": 8, "size": 32, "repeats": 2, "warmup": 1, "long": 64,
                 "mem_batch": 4, "mem_length": 256, "chunk": 32,
@@ -140,6 +153,11 @@ def worker(jobs: list[dict], threads: int, device: str) -> list:
             out.append(_job(job, threads, device))
         except Exception as e:          # one failing measurement is a row, not the end of the run
             out.append({"error": f"{type(e).__name__}: {e}"[:160]})
+        if device.startswith("cuda"):   # what one measurement kept (graphs, cached blocks) goes
+            from rnnlens.ops import graphs
+            graphs.clear()
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
     return out
 
 
@@ -165,8 +183,8 @@ def _mem_available_gb() -> float:
     return 8.0
 
 
-def _cells_job(name, length, s, chunk=None, batch=None, repeats=None, warmup=None):
-    p = {"name": name, "length": length, "batch": batch or s["batch"], "size": s["size"],
+def _cells_job(name, length, s, chunk=None, batch=None, repeats=None, warmup=None, size=None):
+    p = {"name": name, "length": length, "batch": batch or s["batch"], "size": size or s["size"],
          "repeats": s["repeats"] if repeats is None else repeats, "warmup": s["warmup"] if warmup is None else warmup}
     if chunk:
         p["chunk"] = chunk
@@ -192,15 +210,16 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     threads = threads or (1 if quick else 2)
-    s = settings(quick)
+    cuda = device.startswith("cuda")
+    s = settings(quick, cuda)
+    speed_goals, long_goals = goals(device)
     parts = list(parts or ("speed", "long", "bounds", "urn", "lm", "memory", "ngrams", "stream", "scan"))
     if cells is None:
-        targeted = [*SPEED_TARGETS, *OWN_TARGETS]
+        targeted = [*speed_goals, *OWN_TARGETS]
         cells = [n for n in CELLS if n != "urn" and (not quick or n in targeted)]
     unknown = [n for n in cells if n not in CELLS]
     if unknown:
         raise ValueError(f"unknown cell(s) {', '.join(unknown)}; valid: {', '.join(CELLS)}")
-    cuda = device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device")
     if memory_budget_gb is None:
@@ -215,8 +234,10 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
     if "speed" in parts:
         plan["speed"] = [_cells_job(n, s["length"], s) for n in (*TORCH, *with_references(cells))]
     if "long" in parts:
-        plan["long"] = [_cells_job(n, s["long"], s)
-                        for n in (REF, *with_references([c for c in LONG_TARGETS if c in cells]))]
+        own = [c for c in OWN_TARGETS if c in cells] if cuda else []
+        long_cells = [*(OWN_TARGETS[c] for c in own), *own, *(c for c in long_goals if c in cells)]
+        plan["long"] = [_cells_job(n, s["long"], s, batch=s.get("long_batch"), size=s.get("long_size"))
+                        for n in (REF, *with_references(long_cells))]
     if "bounds" in parts:
         from .bounds import CELLS as BOUND_CELLS, WORD_MATRIX
 
@@ -224,7 +245,7 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
         plan["bounds"] = [
             {"kind": "bounds", "params": {**common, "length": s["length"],
                                           "cells": [c for c in (*BOUND_CELLS, *WORD_MATRIX) if c in cells]}},
-            {"kind": "bounds", "params": {**common, "length": s["long"], "cells": [c for c in LONG_TARGETS if c in cells]}}]
+            {"kind": "bounds", "params": {**common, "length": s["long"], "cells": [c for c in long_goals if c in cells]}}]
     if "urn" in parts:
         plan["urn"] = [{"kind": "urn", "params": {**s["urn"], "ref_size": s["size"]}}]
     if "lm" in parts:
@@ -253,12 +274,15 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
         log(f"  {label}")
         return run_jobs(jobs, threads, device)
 
-    res: dict = {"settings": s, "budget_gb": memory_budget_gb}
+    res: dict = {"settings": s, "budget_gb": memory_budget_gb, "device": device}
     if quick:       # every timing in one child: a smoke test of the pipeline, not a measurement
         flat = [(part, j) for part, jobs in plan.items() for j in jobs]
         got = run([j for _, j in flat], f"{len(flat)} quick measurements in one process")
         for (part, _), r in zip(flat, got):
             res.setdefault(part, []).append(r)
+    elif cuda:      # a child per part: a CUDA context costs seconds to make, and the allocator's
+        for part, jobs in plan.items():     # peak is taken per measurement (benchmarks/cells.py)
+            res[part] = run(jobs, f"{part}: {len(jobs)} measurements in one process")
     else:
         for part, jobs in plan.items():
             res[part] = [run([j], f"{part}: {_describe(j)}")[0] for j in jobs]
@@ -270,7 +294,7 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
     if "urn" in res:
         res["urn"] = res["urn"][0]
     if "memory" in parts:
-        res["memory"] = _memory(cells, s, res.get("speed", []), memory_budget_gb, quick, run)
+        res["memory"] = _memory(cells, s, res.get("speed", []), memory_budget_gb, quick, run, together=cuda)
     seconds = time.perf_counter() - t0
     text = report(res, quick=quick, device=device, threads=threads, started=started, seconds=seconds,
                   load=(load0, os.getloadavg()[0]), not_run=not_run)
@@ -331,14 +355,15 @@ def _names(job: dict) -> dict:
     return {}
 
 
-def _memory(cells, s, speed_rows, budget_gb, quick, run) -> list[dict]:
-    """Peak memory of one length-T training step per cell, each in a child of its own."""
+def _memory(cells, s, speed_rows, budget_gb, quick, run, together=False) -> list[dict]:
+    """Peak memory of one length-T training step per cell, each in a child of its own (all in
+    one child with `together`: on a GPU, where the peak is the allocator's, reset per cell)."""
     B, T = s["mem_batch"], s["mem_length"]
     by = {r["cell"]: r for r in speed_rows if "error" not in r}
     names = ["torch.nn.LSTM", *cells] if not quick else ["torch.nn.LSTM", *[c for c in CHECKPOINTED if c in cells][:1]]
     plan = [(n, None) for n in names] + [(c, s["chunk"]) for c in CHECKPOINTED if c in cells][: 1 if quick else 2]
     scale = (B * T) / (s["batch"] * s["length"])
-    rows = []
+    rows, later = [], []
     for name, chunk in plan:
         r = by.get(name)
         if r is not None and not quick:       # extrapolate the length-35 run before committing to T
@@ -357,12 +382,22 @@ def _memory(cells, s, speed_rows, budget_gb, quick, run) -> list[dict]:
                              f"{est_gb:.1f} GB and {est_s:.0f} s (budget {budget_gb:.1f} GB, 300 s)",
                              "estimate_mb": est_gb * 1024})
                 continue
-        row = run([_cells_job(name, T, s, chunk, batch=B, repeats=1, warmup=0)],
-                  f"memory, length {T}: {name}" + (f" (checkpoint {chunk})" if chunk else ""))[0]
-        if "error" in row:
-            row = {**row, "cell": name + (f" (checkpoint {chunk})" if chunk else "")}
-        rows.append(row)
+        job = _cells_job(name, T, s, chunk, batch=B, repeats=1, warmup=0)
+        if together:
+            later.append((len(rows), name, chunk, job))
+            rows.append(None)
+            continue
+        row = run([job], f"memory, length {T}: {name}" + (f" (checkpoint {chunk})" if chunk else ""))[0]
+        rows.append(_named(row, name, chunk))
+    if later:
+        got = run([j for *_, j in later], f"memory, length {T}: {len(later)} measurements in one process")
+        for (i, name, chunk, _), row in zip(later, got):
+            rows[i] = _named(row, name, chunk)
     return rows
+
+
+def _named(row: dict, name: str, chunk) -> dict:
+    return {**row, "cell": name + (f" (checkpoint {chunk})" if chunk else "")} if "error" in row else row
 
 
 # --- the report ----------------------------------------------------------------------------
@@ -397,19 +432,26 @@ def targets(res: dict) -> list[tuple[str, str, str, str, str]]:
                      status, "" if b is None else f"{b:.3g}x"))
 
     st = res["settings"]
+    cuda = res.get("device", "cpu").startswith("cuda")
+    speed_goals, long_goals = goals(res.get("device", "cpu"))
     if "speed" in res:
-        for name, goal in SPEED_TARGETS.items():
+        for name, goal in speed_goals.items():
             add(f"{name} tokens/s / torch.nn.LSTM, length {st['length']}", ratio(speed, name, "torch.nn.LSTM"), goal,
                 key=(st["length"], name))
     if "long" in res:
-        for name, goal in LONG_TARGETS.items():
-            add(f"{name} tokens/s / torch.nn.LSTM, length {st['long']}", ratio(long, name, "torch.nn.LSTM"), goal,
+        at = (f"batch {st['long_batch']} x length {st['long']} x hidden {st['long_size']}" if "long_size" in st
+              else f"length {st['long']}")
+        for name, goal in long_goals.items():
+            add(f"{name} tokens/s / torch.nn.LSTM, {at}", ratio(long, name, "torch.nn.LSTM"), goal,
                 key=(st["long"], name))
+        if cuda:
+            for name, ref in OWN_TARGETS.items():
+                add(f"{name} (rnnlens cell) tokens/s / {ref}, {at}", ratio(long, name, ref), OWN_TARGET)
     if "speed" in res:
         for name, ref in OWN_TARGETS.items():
             add(f"{name} (rnnlens cell) tokens/s / {ref}", ratio(speed, name, ref), OWN_TARGET)
         for name in speed:
-            if name not in SPEED_TARGETS and name not in OWN_TARGETS and name not in TORCH:
+            if name not in speed_goals and name not in OWN_TARGETS and name not in TORCH:
                 add(f"{name} tokens/s / torch.nn.LSTM, length {st['length']}", ratio(speed, name, "torch.nn.LSTM"),
                     OTHER_TARGET, key=(st["length"], name))
     if "urn" in res:
@@ -499,15 +541,16 @@ def report(res: dict, quick: bool, device: str, threads: int, started: str, seco
         lines += [f"## Training speed, length {st['length']}", "",
                   f"benchmarks/cells.py: forward + backward of each cell alone on x [{st['batch']}, {st['length']}, "
                   f"{st['size']}] float32, hidden {st['size']}, median of {st['repeats']} after {st['warmup']} "
-                  "warm-up passes, each cell in its own process; peak MB = peak RSS growth (CUDA: the allocator's). "
+                  "warm-up passes, each cell in its own process (CUDA: each part in one process); peak MB = peak RSS growth (CUDA: the allocator's). "
                   f"x LSTM: against the mean of the {REF} runs timed just before and after the cell (the "
                   f"'{REF + AGAIN}' rows, after every {REF_EVERY} cells, each against the first {REF}: the "
                   "machine's speed drifts over a run).",
                   "", cells_mod.table(res["speed"], lstm), ""]
     if "long" in res:
         lstm = next((r["tokens_per_s"] for r in res["long"] if r.get("cell") == "torch.nn.LSTM" and "error" not in r), None)
-        lines += [f"## Training speed, length {st['long']} (the RRNN cells)", "",
-                  cells_mod.table(res["long"], lstm), ""]
+        head = (f"## Training speed, batch {st['long_batch']} x length {st['long']} x hidden {st['long_size']}"
+                if "long_size" in st else f"## Training speed, length {st['long']} (the RRNN cells)")
+        lines += [head, "", cells_mod.table(res["long"], lstm), ""]
     if "bounds" in res:
         from . import bounds as bounds_mod
 

@@ -16,6 +16,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..ops.linear import linear, mm
+from ..ops.precision import full_precision, no_autocast, no_autocast_backward
 from .base import DenseView
 from .ngram import AffineCell
 
@@ -72,6 +73,7 @@ class _ISANScan(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @no_autocast_backward
     def backward(ctx, dstates):
         x, weight, bias, s0, mask, states = ctx.saved_tensors
         kept, ctx.kept = ctx.kept, None           # overwritten below: a second backward rebuilds it
@@ -159,7 +161,9 @@ class ISAN(AffineCell):
         B, H = x.shape[0], self.hidden_size
         steps = max(1, self.chunk_bytes // (B * H * H * x.element_size()))
         g = linear(x, self.U.weight, self.U.bias)
-        states = _ISANScan.apply(x, self.W.weight, self.W.bias, g, s, mask, steps)
+        with no_autocast(x.device.type):      # under autocast: A(x_t) and the state in float32
+            states = _ISANScan.apply(full_precision(x), self.W.weight, self.W.bias, full_precision(g),
+                                     full_precision(s), mask, steps)
         return states, states[:, -1]
 
     def matrices_ref(self, x):

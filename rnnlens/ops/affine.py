@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from . import cpp
+from . import cpp, graphs
 from .linear import mm, mm_t, onednn_applies
 from .precision import full_precision, no_autocast, no_autocast_backward
 
@@ -128,6 +128,38 @@ def _time_blocks(B: int, T: int, rows: int | None = None):
     return [slice(t, min(t + step, T)) for t in range(0, T, step)]
 
 
+def _structured_steps(g, W, coef, diag, s0, mask):
+    """_StructuredScan's forward loop on a GPU (or where the C++ loop does not apply):
+    -> (states [B,T,H],). Run eagerly or replayed as a CUDA graph (ops.graphs)."""
+    B, T, H = g.shape
+    K = W.shape[0] // H
+    Wt = W.t()
+    states = g.new_empty(B, T, H)
+    s = s0
+    for t in range(T):
+        u = mm(s, Wt).view(B, K, H)
+        new = states[:, t]            # written in place: no per-step copy
+        torch.sum(u.mul_(coef[:, t].view(B, K, H)), 1, out=new)
+        new.addcmul_(diag[:, t], s).add_(g[:, t])
+        if mask is not None:
+            torch.where(mask[:, t, None], new, s, out=new)
+        s = new
+    return (states,)
+
+
+def _structured_reverse(dstates, W, coef, diag, s0, mask):
+    """_StructuredScan's reverse loop (the adjoints): -> (d_in [B,T,H], dL/ds_0 [B,H])."""
+    B, T, H = dstates.shape
+    K = W.shape[0] // H
+    coef3 = coef.view(B, T, K, H)
+
+    def back(t, din):
+        d = mm((coef3[:, t] * din[:, None, :]).reshape(B, K * H), W)
+        return d.addcmul_(diag[:, t], din)
+
+    return _reverse_scan(dstates, mask, s0, back)
+
+
 class _StructuredScan(torch.autograd.Function):
     """s_t = sum_k a_k(x_t) * (W_k s_{t-1}) + d(x_t) * s_{t-1} + g(x_t), kept at pads.
 
@@ -144,7 +176,6 @@ class _StructuredScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, g, W, coef, diag, s0, mask):
         B, T, H = g.shape
-        K = W.shape[0] // H
         U = None
         if _native(g):
             states, U = torch.ops.rnnlens_affine_scan.structured_forward(
@@ -152,18 +183,7 @@ class _StructuredScan(torch.autograd.Function):
             ctx.save_for_backward(W, coef, diag, s0, states, U)
             ctx.mask = mask
             return states
-        Wt = W.t()
-        states = g.new_empty(B, T, H)
-        s = s0
-        with torch.no_grad():
-            for t in range(T):
-                u = mm(s, Wt).view(B, K, H)
-                new = states[:, t]            # written in place: no per-step copy
-                torch.sum(u.mul_(coef[:, t].view(B, K, H)), 1, out=new)
-                new.addcmul_(diag[:, t], s).add_(g[:, t])
-                if mask is not None:
-                    torch.where(mask[:, t, None], new, s, out=new)
-                s = new
+        states, = graphs.run("structured_forward", _structured_steps, g, W, coef, diag, s0, mask)
         ctx.save_for_backward(W, coef, diag, s0, states, U)
         ctx.mask = mask
         return states
@@ -181,11 +201,7 @@ class _StructuredScan(torch.autograd.Function):
             d_in, delta = torch.ops.rnnlens_affine_scan.structured_backward(
                 dstates.contiguous(), W, coef, diag, _mask_arg(mask, dstates), onednn_applies(dstates, W))
         else:
-            def back(t, din):
-                d = mm((coef3[:, t] * din[:, None, :]).reshape(B, K * H), W)
-                return d.addcmul_(diag[:, t], din)
-
-            d_in, delta = _reverse_scan(dstates, mask, s0, back)
+            d_in, delta = graphs.run("structured_backward", _structured_reverse, dstates, W, coef, diag, s0, mask)
         if kept is not None and kept.numel():
             # the kept products: every batched gradient in one C++ pass, then dW in one product
             dcoef, ddiag, G, prev = torch.ops.rnnlens_affine_scan.structured_grads(d_in, states, s0, kept, coef)
@@ -225,6 +241,52 @@ def structured_scan(g: torch.Tensor, W: torch.Tensor, coef: torch.Tensor, diag: 
     return states, states[:, -1]
 
 
+def _lstm_steps(g, W, f, a_i, a_g, a_o, k, a_f, s0, mask):
+    """_LSTMBlockScan's forward loop on a GPU (or where the C++ loop does not apply):
+    -> (states [B,T,2H],). Run eagerly or replayed as a CUDA graph (ops.graphs)."""
+    B, T, S = g.shape
+    H = S // 2
+    Wt = W.t()
+    K = W.shape[0] // H                   # 4, or 3 when the W_hf block is dropped (a_f None)
+    states = g.new_empty(B, T, S)
+    s = s0
+    for t in range(T):
+        c, h = s[:, :H], s[:, H:]
+        uk = mm(h, Wt)
+        ui, ug, uo = uk[:, :H], uk[:, (K - 2) * H:(K - 1) * H], uk[:, (K - 1) * H:]
+        u = f[:, t] * c
+        u.addcmul_(a_i[:, t], ui).addcmul_(a_g[:, t], ug)
+        if a_f is not None:
+            u.addcmul_(a_f[:, t], uk[:, H:2 * H])
+        new = torch.empty_like(s)
+        torch.add(u, g[:, t, :H], out=new[:, :H])
+        torch.addcmul(g[:, t, H:], k[:, t], u, out=new[:, H:]).addcmul_(a_o[:, t], uo)
+        if mask is not None:
+            new = torch.where(mask[:, t, None], new, s)
+        states[:, t] = new
+        s = new
+    return (states,)
+
+
+def _lstm_gate_grads(du, dh, a_i, a_g, a_o, a_f):
+    """dL/dU from du = dL/du and dh, in U's block order (i, [f,] g, o)."""
+    parts = [du * a_i] + ([du * a_f] if a_f is not None else []) + [du * a_g, dh * a_o]
+    return torch.cat(parts, -1)
+
+
+def _lstm_reverse(dstates, W, f, a_i, a_g, a_o, k, a_f, s0, mask):
+    """_LSTMBlockScan's reverse loop (the adjoints): -> (d_in [B,T,2H], dL/ds_0 [B,2H])."""
+    H = dstates.shape[2] // 2
+
+    def back(t, din):
+        dc, dh = din[:, :H], din[:, H:]
+        du = dc + k[:, t] * dh
+        dU = _lstm_gate_grads(du, dh, a_i[:, t], a_g[:, t], a_o[:, t], None if a_f is None else a_f[:, t])
+        return torch.cat([du * f[:, t], mm(dU, W)], -1)
+
+    return _reverse_scan(dstates, mask, s0, back)
+
+
 class _LSTMBlockScan(torch.autograd.Function):
     """The LSTM's 2x2 block form on s = [c; h] (LSTMView): with U = W_hh h_{t-1} split
     into (u_i, u_f, u_g, u_o),
@@ -237,7 +299,6 @@ class _LSTMBlockScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, g, W, f, a_i, a_g, a_o, k, a_f, s0, mask):
         B, T, S = g.shape
-        H = S // 2
         U = None
         if _native(g):
             states, U = torch.ops.rnnlens_affine_scan.lstm_forward(
@@ -246,26 +307,7 @@ class _LSTMBlockScan(torch.autograd.Function):
             ctx.save_for_backward(W, f, a_i, a_g, a_o, k, a_f, s0, states, U)
             ctx.mask = mask
             return states
-        Wt = W.t()
-        K = W.shape[0] // H                   # 4, or 3 when the W_hf block is dropped (a_f None)
-        states = g.new_empty(B, T, S)
-        s = s0
-        with torch.no_grad():
-            for t in range(T):
-                c, h = s[:, :H], s[:, H:]
-                uk = mm(h, Wt)
-                ui, ug, uo = uk[:, :H], uk[:, (K - 2) * H:(K - 1) * H], uk[:, (K - 1) * H:]
-                u = f[:, t] * c
-                u.addcmul_(a_i[:, t], ui).addcmul_(a_g[:, t], ug)
-                if a_f is not None:
-                    u.addcmul_(a_f[:, t], uk[:, H:2 * H])
-                new = torch.empty_like(s)
-                torch.add(u, g[:, t, :H], out=new[:, :H])
-                torch.addcmul(g[:, t, H:], k[:, t], u, out=new[:, H:]).addcmul_(a_o[:, t], uo)
-                if mask is not None:
-                    new = torch.where(mask[:, t, None], new, s)
-                states[:, t] = new
-                s = new
+        states, = graphs.run("lstm_forward", _lstm_steps, g, W, f, a_i, a_g, a_o, k, a_f, s0, mask)
         ctx.save_for_backward(W, f, a_i, a_g, a_o, k, a_f, s0, states, U)
         ctx.mask = mask
         return states
@@ -279,22 +321,12 @@ class _LSTMBlockScan(torch.autograd.Function):
         H = S // 2
         K = W.shape[0] // H
 
-        def gate_grads(du, dh, sl):
-            """dL/dU from du = dL/du and dh, in U's block order (i, [f,] g, o)."""
-            parts = [du * a_i[sl]] + ([du * a_f[sl]] if a_f is not None else []) + [du * a_g[sl], dh * a_o[sl]]
-            return torch.cat(parts, -1)
-
-        def back(t, din):
-            dc, dh = din[:, :H], din[:, H:]
-            du = dc + k[:, t] * dh
-            return torch.cat([du * f[:, t], mm(gate_grads(du, dh, (slice(None), t)), W)], -1)
-
         if _native(dstates):
             d_in, delta = torch.ops.rnnlens_affine_scan.lstm_backward(
                 dstates.contiguous(), W, f, a_i, a_g, a_o, k, _none(f) if a_f is None else a_f,
                 _mask_arg(mask, dstates), onednn_applies(dstates, W))
         else:
-            d_in, delta = _reverse_scan(dstates, mask, s0, back)
+            d_in, delta = graphs.run("lstm_backward", _lstm_reverse, dstates, W, f, a_i, a_g, a_o, k, a_f, s0, mask)
         if kept is not None and kept.numel():
             # the kept products: every batched gradient in one C++ pass, then dW in one product
             df, dai, dag, dao, dk, daf, G, h_prev = torch.ops.rnnlens_affine_scan.lstm_grads(
@@ -325,7 +357,8 @@ class _LSTMBlockScan(torch.autograd.Function):
             torch.mul(du, ug, out=outs["a_g"][at])
             torch.mul(dh, uo, out=outs["a_o"][at])
             torch.mul(dh, u, out=outs["k"][at])
-            dW += mm_t(gate_grads(du, dh, at).reshape(B * n, K * H), h_prev)
+            dW += mm_t(_lstm_gate_grads(du, dh, a_i[at], a_g[at], a_o[at], None if a_f is None else a_f[at])
+                        .reshape(B * n, K * H), h_prev)
         return (d_in, dW, outs["f"], outs["a_i"], outs["a_g"], outs["a_o"], outs["k"], outs.get("a_f"),
                 delta, None)
 

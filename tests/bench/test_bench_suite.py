@@ -55,6 +55,42 @@ def test_targets_table_marks_met_and_not_met(suite):
     assert rows["isan peak memory / torch.nn.LSTM, length 4096"][2] == "NOT met (not run)"
 
 
+def test_cuda_targets_are_the_gpu_goals_at_the_gpu_sizes(suite):
+    """On a GPU: MVMA >= 0.8x and RRNN >= 3x cuDNN's LSTM at length 35; at batch 64 x 1024 x
+    1024 RRNN >= 5x, MVMA >= 0.8x, and the classic cells >= 0.95x torch's module of their kind."""
+    st = suite.settings(False, cuda=True)
+    assert (st["long_batch"], st["long"], st["long_size"]) == (64, 1024, 1024) and st["repeats"] >= 10
+    speed = [{"cell": "torch.nn.LSTM", "tokens_per_s": 100.0}, {"cell": "mvma-g", "tokens_per_s": 85.0},
+             {"cell": "rrnn-b", "tokens_per_s": 250.0}, {"cell": "gru-approx", "tokens_per_s": 60.0}]
+    long = [{"cell": "torch.nn.LSTM", "tokens_per_s": 10.0}, {"cell": "torch.nn.GRU", "tokens_per_s": 20.0},
+            {"cell": "gru", "tokens_per_s": 19.5}, {"cell": "rrnn-b", "tokens_per_s": 51.0}]
+    rows = {r[0]: r[1:4] for r in suite.targets({"settings": st, "device": "cuda", "speed": speed, "long": long})}
+    at = "batch 64 x length 1024 x hidden 1024"
+    assert rows["mvma-g tokens/s / torch.nn.LSTM, length 35"] == ("0.85x", ">= 0.8x", "met")
+    assert rows["rrnn-b tokens/s / torch.nn.LSTM, length 35"] == ("2.50x", ">= 3x", "NOT met")
+    assert rows["gru-approx tokens/s / torch.nn.LSTM, length 35"] == ("0.60x", ">= 0.5x", "met")
+    assert rows[f"rrnn-b tokens/s / torch.nn.LSTM, {at}"] == ("5.10x", ">= 5x", "met")
+    assert rows[f"gru (rnnlens cell) tokens/s / torch.nn.GRU, {at}"] == ("0.97x", ">= 0.95x", "met")
+    assert rows[f"mvma-l tokens/s / torch.nn.LSTM, {at}"][2] == "not measured"
+
+
+def test_memory_rows_run_together_keep_their_order_and_names(suite):
+    calls = []
+
+    def run(jobs, label):
+        calls.append([j["params"]["name"] for j in jobs])
+        return [{"error": "boom"} if j["params"]["name"] == "gru" else          # as cells.worker names them
+                {"cell": j["params"]["name"] + (" (checkpoint 64)" if "chunk" in j["params"] else ""), "peak_mb": 1.0}
+                for j in jobs]
+
+    s = suite.settings(False)
+    rows = suite._memory(["gru", "mvma-l"], s, [], 1e9, False, run, together=True)
+    assert len(calls) == 1 and calls[0] == ["torch.nn.LSTM", "gru", "mvma-l", "gru", "mvma-l"]
+    assert [r["cell"] for r in rows] == ["torch.nn.LSTM", "gru", "mvma-l", "gru (checkpoint 64)",
+                                         "mvma-l (checkpoint 64)"]
+    assert "error" in rows[1] and "error" in rows[3]
+
+
 def test_targets_name_their_product_bound_and_a_goal_beyond_it(suite):
     """A target the cell's unavoidable products alone could not meet says so; the bound is
     the one measured at the target's own length."""

@@ -47,7 +47,7 @@ def run(cell, x, mask, autocast: bool, wo=None, wf=None):
     and a backward (outside it) of a fixed random projection of out and final."""
     cell.zero_grad(set_to_none=True)
     x = x.detach().clone().requires_grad_(True)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
         out, final = cell(x, mask)
     loss = (out.to(wo.dtype) * wo).sum() + (final.to(wf.dtype) * wf).sum()
     loss.backward()
@@ -58,8 +58,8 @@ def compare(cell32, x64, mask, tol=TOL):
     """Run cell32 under bfloat16 autocast and its float64 copy plainly; check dtypes, NaN and
     the relative error of outputs, final state and every gradient."""
     cell64 = copy.deepcopy(cell32).double()
-    wo = torch.randn(*x64.shape[:2], cell32.hidden_size, dtype=torch.float64)
-    wf = torch.randn(x64.shape[0], cell32.state_size, dtype=torch.float64)
+    wo = torch.randn(*x64.shape[:2], cell32.hidden_size, dtype=torch.float64, device=x64.device)
+    wf = torch.randn(x64.shape[0], cell32.state_size, dtype=torch.float64, device=x64.device)
     o64, f64, g64, dx64 = run(cell64, x64, mask, False, wo, wf)
     out, final, grads, dx = run(cell32, x64.float(), mask, True, wo, wf)
     assert out.dtype == torch.float32 and final.dtype == torch.float32, (out.dtype, final.dtype)
@@ -79,11 +79,30 @@ def compare(cell32, x64, mask, tol=TOL):
 
 
 @pytest.mark.parametrize("name", list(CELLS))
-def test_every_cell_under_bf16_autocast_matches_float64(name):
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "torch-mm"])
+def test_every_cell_under_bf16_autocast_matches_float64(name, onednn, monkeypatch):
+    """With oneDNN's products (not autocast on the CPU) and with torch.mm's (autocast to bfloat16,
+    as cuBLAS's are on a GPU)."""
+    monkeypatch.setattr(L, "_enabled", onednn)
     torch.manual_seed(0)
     cell = CELLS[name](E, H)
     x = torch.randn(B, T, E, dtype=torch.float64)
     compare(cell, x, padded_mask(B, T))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", list(CELLS))
+@pytest.mark.parametrize("right_padded", [False, True], ids=["any-pads", "right-pads"])
+def test_every_cell_under_cuda_bf16_autocast_matches_float64(name, right_padded):
+    """On a GPU: autocast("cuda") (cuBLAS bfloat16 products, cuDNN for the classic cells on
+    right-padded rows, the Triton scans and CUDA graphs where they apply) against float64."""
+    torch.manual_seed(0)
+    cell = CELLS[name](E, H).cuda()
+    x = torch.randn(B, T, E, dtype=torch.float64, device="cuda")
+    mask = padded_mask(B, T)
+    if right_padded:
+        mask = torch.arange(T)[None] < torch.tensor([T, T - 2, 3])[:, None]
+    compare(cell, x, mask.cuda())
 
 
 @pytest.mark.parametrize("name", ["elman", "gru", "lstm"])

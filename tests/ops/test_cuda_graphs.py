@@ -1,0 +1,146 @@
+"""CUDA graphs of the fused scans' loops (rnnlens.ops.graphs): on a GPU, every registered cell
+with graphs on equals the same cell on the CPU (values and gradients of x, the start state and
+every parameter, float64, left, inside and trailing pads), over several replays with new
+inputs and two shapes; and the scans equal their eager loops with graphs off. Without a CUDA
+device only the dispatch rules are checked."""
+import pytest
+import torch
+
+from tests.support import E, make, max_diff
+from rnnlens.cells import CELLS
+from rnnlens.ops import graphs
+from rnnlens.ops.affine import lstm_scan, structured_scan
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def masked(B: int, T: int) -> torch.Tensor:
+    """Left pads (row 0), an inside pad (row 1), trailing pads (row 2), no pad elsewhere
+    (the rows there are)."""
+    mask = torch.ones(B, T, dtype=torch.bool)
+    for row, cols in ((0, slice(0, 2)), (1, T // 2), (2, slice(T - 3, T))):
+        if row < B:
+            mask[row, cols] = False
+    return mask
+
+
+def grads(cell, x, mask, s0, R, r):
+    """(out, final, dx, ds0, every parameter's gradient) of a fixed projection of the outputs."""
+    cell.zero_grad(set_to_none=True)
+    x, s0 = x.clone().requires_grad_(), s0.clone().requires_grad_()
+    out, fin = cell(x, mask, s0)
+    ((out * R).sum() + (fin * r).sum()).backward()
+    params = [p.grad if p.grad is not None else torch.zeros_like(p) for p in cell.parameters()]
+    return [out.detach(), fin.detach(), x.grad, s0.grad, *params]
+
+
+@cuda
+@pytest.mark.parametrize("name", list(CELLS))
+def test_every_cell_on_cuda_with_graphs_equals_the_cpu(name):
+    graphs.set_enabled(True)
+    cpu = make(name)
+    gpu = make(name).cuda()
+    g = torch.Generator().manual_seed(5)
+    # a key's second call captures its graph and the third replays it: new inputs each time
+    for B, T in ((4, 9), (4, 9), (5, 13), (4, 9), (5, 13), (5, 13), (4, 9)):
+        x = torch.randn(B, T, E, generator=g, dtype=torch.float64)
+        s0 = torch.randn(B, cpu.state_size, generator=g, dtype=torch.float64)
+        R = torch.randn(B, T, cpu.hidden_size, generator=g, dtype=torch.float64)
+        r = torch.randn(B, cpu.state_size, generator=g, dtype=torch.float64)
+        mask = masked(B, T)
+        want = grads(cpu, x, mask, s0, R, r)
+        got = grads(gpu, *(t.cuda() for t in (x, mask, s0, R, r)))
+        for i, (a, b) in enumerate(zip(got, want)):
+            assert max_diff(a.cpu(), b) <= 1e-9 * max(1.0, b.abs().max().item()), (name, B, T, i)
+
+
+def _scan_inputs(B, T, H, K, device, dtype=torch.float32, seed=0):
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def r(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g, device=device, dtype=dtype) * scale).requires_grad_()
+
+    return r, masked(B, T).to(device)
+
+
+def _run(fn, args):
+    out, fin = fn(*args)
+    torch.manual_seed(0)
+    loss = (out * torch.randn_like(out)).sum() + (fin * torch.randn_like(fin)).sum()
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    return [out.detach(), fin.detach(), *torch.autograd.grad(loss, leaves)]
+
+
+@cuda
+@pytest.mark.parametrize("kind", ["structured", "lstm", "lstm-no-f"])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_graphed_scans_equal_their_eager_loops(kind, with_mask, monkeypatch):
+    """Forward and backward loops replayed (captured at a key's first call here) against the
+    eager loops, on new inputs at every call and three lengths."""
+    monkeypatch.setattr(graphs, "SEEN_BEFORE_CAPTURE", 1)
+    graphs.clear()
+    B, H = 6, 32
+    for T in (1, 17, 17, 40, 17, 1):
+        r, mask = _scan_inputs(B, T, H, 3, "cuda", seed=T)
+        mask = mask if with_mask else None
+        if kind == "structured":
+            fn = structured_scan
+            args = (r(B, T, H), r(3 * H, H, scale=0.2), r(B, T, 3 * H), r(B, T, H), r(B, H), mask)
+        else:
+            K = 4 if kind == "lstm" else 3
+            fn = lstm_scan
+            a = [r(B, T, H, scale=0.5) for _ in range(5)]
+            args = (r(B, T, 2 * H), r(K * H, H, scale=0.2), *a,
+                    r(B, T, H, scale=0.5) if K == 4 else None, r(B, 2 * H), mask)
+        on = _run(fn, args)
+        assert any(k[0] == f"{fn.__name__.split('_')[0]}_forward" for k in graphs._cache), list(graphs._cache)
+        assert any(k[0] == f"{fn.__name__.split('_')[0]}_backward" for k in graphs._cache), list(graphs._cache)
+        old = graphs._enabled
+        graphs._enabled = False
+        off = _run(fn, args)
+        graphs._enabled = old
+        for i, (a, b) in enumerate(zip(on, off)):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-5), (kind, T, i, max_diff(a, b))
+
+
+@cuda
+def test_graphs_are_made_at_a_shapes_second_call_and_kept_bounded(monkeypatch):
+    monkeypatch.setattr(graphs, "MAX_GRAPHS", 3)
+    graphs.clear()
+
+    def scan(T):
+        r, _ = _scan_inputs(2, T, 8, 3, "cuda")
+        structured_scan(r(2, T, 8), r(24, 8), r(2, T, 24), r(2, T, 8))   # forward only: one graph
+
+    scan(2)
+    assert not graphs._cache
+    scan(2)
+    assert len(graphs._cache) == 1
+    for T in range(3, 8):
+        scan(T)
+        scan(T)
+    assert len(graphs._cache) == 3
+    monkeypatch.setattr(graphs, "MAX_BYTES", 10)            # a graph that alone needs more: never made
+    graphs.clear()
+    for _ in range(3):
+        scan(4)
+    assert not graphs._cache
+    graphs.clear()
+
+
+def test_graphs_leave_cpu_tensors_and_long_inputs_to_the_eager_loop(monkeypatch):
+    calls = []
+
+    def fn(a, b):
+        calls.append(1)
+        return (a + 1, b)
+
+    a = torch.zeros(2, 3)
+    out = graphs.run("test", fn, a, None)
+    assert calls and torch.equal(out[0], a + 1) and out[1] is None
+    assert not graphs.applies(a, 3)
+    if torch.cuda.is_available():
+        c = a.cuda()
+        assert graphs.applies(c, 3) and not graphs.applies(c, graphs.MAX_STEPS + 1)
+        monkeypatch.setattr(graphs, "_enabled", False)
+        assert not graphs.applies(c, 3)
