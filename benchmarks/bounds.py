@@ -33,6 +33,14 @@ CELLS = {"rrnn-b": (2, 0), "rrnn-c": (4, 0), "rrnn-f": (4, 0), "mvma-g": (3, 3),
 WORD_MATRIX = ("isan", "linear-rnn")          # a matrix per word: G*H = H*H, no recurrent product
 
 
+DEVICE = torch.device("cpu")      # set by measure()
+
+
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+
+
 def _best(fn, repeats: int, warmup: int = 2) -> float:
     """The fastest of `repeats` timed calls: a bound wants each side's best case, which
     another process's interference can only slow down."""
@@ -40,24 +48,30 @@ def _best(fn, repeats: int, warmup: int = 2) -> float:
         fn()
     ts = []
     for _ in range(repeats):
+        _sync()
         t0 = time.perf_counter()
         fn()
+        _sync()
         ts.append(time.perf_counter() - t0)
     return min(ts)
+
+
+def _randn(*shape):
+    return torch.randn(*shape, device=DEVICE)
 
 
 def products(B: int, T: int, E: int, H: int, G: int, K: int):
     """A function running the cell's unavoidable products once (forward and backward)."""
     from rnnlens.ops.linear import mm, mm_t
 
-    x = torch.randn(B * T, E)
-    W = torch.randn(G * H, E)
-    dP = torch.randn(B * T, G * H)
-    Whh = torch.randn(K * H, H) if K else None
-    s = torch.randn(B, H)
-    d = torch.randn(B, K * H) if K else None
-    prev = torch.randn(B * T, H)
-    E_all = torch.randn(B * T, K * H) if K else None
+    x = _randn(B * T, E)
+    W = _randn(G * H, E)
+    dP = _randn(B * T, G * H)
+    Whh = _randn(K * H, H) if K else None
+    s = _randn(B, H)
+    d = _randn(B, K * H) if K else None
+    prev = _randn(B * T, H)
+    E_all = _randn(B * T, K * H) if K else None
 
     def run():
         mm(x, W.t())                 # forward projection
@@ -75,9 +89,9 @@ def word_matrix_products(B: int, T: int, E: int, H: int):
     """The three [B*T, E] x [E, H*H]-sized products of a cell with a matrix per word."""
     from rnnlens.ops.linear import mm, mm_t
 
-    x = torch.randn(B * T, E)
-    W = torch.randn(H * H, E) * 0.01
-    dA = torch.randn(B * T, H * H)
+    x = _randn(B * T, E)
+    W = _randn(H * H, E) * 0.01
+    dA = _randn(B * T, H * H)
 
     def run():
         mm(x, W.t())                 # A(x) for every position
@@ -86,10 +100,12 @@ def word_matrix_products(B: int, T: int, E: int, H: int):
     return run
 
 
-def measure(batch: int, length: int, size: int, repeats: int, cells=None) -> dict:
+def measure(batch: int, length: int, size: int, repeats: int, cells=None, device: str = "cpu") -> dict:
     """{"lstm_ms", "lstm_ms_end", "cells": {name: products ms}, "bound": {name: LSTM / products}}
     for `cells` (default: every cell above) at batch x length, size -> size; each time the
     best of 3 x `repeats` calls (of repeats / 2 for the per-word products, which are long)."""
+    global DEVICE
+    DEVICE = torch.device(device)
     B, T, E, H = batch, length, size, size
     names = list(cells or (*CELLS, *WORD_MATRIX))
     lstm = _best(lstm_pass(B, T, E, H), 3 * repeats)
@@ -109,8 +125,8 @@ def table(res: dict) -> str:
 
 
 def lstm_pass(B: int, T: int, E: int, H: int):
-    lstm = torch.nn.LSTM(E, H, batch_first=True)
-    x = torch.randn(B, T, E, requires_grad=True)
+    lstm = torch.nn.LSTM(E, H, batch_first=True).to(DEVICE)
+    x = _randn(B, T, E).requires_grad_()
 
     def run():
         for p in (*lstm.parameters(), x):

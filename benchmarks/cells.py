@@ -81,22 +81,15 @@ def _build(name: str, size: int, chunk: int | None = None):
     return cell, lambda x: cell(x)[0]
 
 
-def worker(args) -> dict:
-    """Time one cell in this process; returns the result row."""
-    import warnings
-
+def _stepper(name: str, args, device):
+    """(step, params): one forward + backward of `name` on a fresh random x[B,T,E] (the
+    module's gradients cleared first), and its trainable parameters."""
     import torch
 
-    warnings.filterwarnings("ignore", message="TF32 acceleration")   # printed by mkldnn.flags()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    device = torch.device(args.device)
-    cuda = device.type == "cuda"
-    module, run = _build(args.worker, args.size, getattr(args, "checkpoint_chunk", None))
+    module, run = _build(name, args.size, getattr(args, "checkpoint_chunk", None))
     module.to(device).train()
     x = torch.randn(args.batch, args.length, args.size, device=device, requires_grad=True)
     params = [p for p in module.parameters() if p.requires_grad]
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     bf16 = getattr(args, "precision", "float32") == "bf16"
 
     def step():
@@ -106,6 +99,27 @@ def worker(args) -> dict:
             y = run(x)
         y.sum().backward()
 
+    return step, params
+
+
+def _setup(args):
+    import warnings
+
+    import torch
+
+    warnings.filterwarnings("ignore", message="TF32 acceleration")   # printed by mkldnn.flags()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    device = torch.device(args.device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    return torch, device, sync
+
+
+def worker(args) -> dict:
+    """Time one cell in this process; returns the result row."""
+    torch, device, sync = _setup(args)
+    cuda = device.type == "cuda"
+    step, params = _stepper(args.worker, args, device)
     rss0 = _rss_kb()
     if cuda:
         sync()
@@ -131,6 +145,35 @@ def worker(args) -> dict:
     return {"cell": args.worker + (f" (checkpoint {chunk})" if chunk else ""), "tokens_per_s": statistics.median(tps), "min": tps[0], "max": tps[-1],
             "peak_mb": max(0, peak - rss0) / 1024, "params": sum(p.numel() for p in params),
             "threads": torch.get_num_threads(), "device": str(device)}
+
+
+def paired(args, ref: str) -> dict:
+    """Time args.worker and `ref` in turns in this process, a pass of each per round (the
+    order alternating), so that both see the same machine whatever it drifts to: the cell's
+    row, with the reference's tokens/s of the same rounds as `pair_tokens_per_s` (and `pair`:
+    its name). Peak memory is not measured here (both modules share the process)."""
+    torch, device, sync = _setup(args)
+    steps = {args.worker: _stepper(args.worker, args, device), ref: _stepper(ref, args, device)}
+    for _ in range(args.warmup):
+        for step, _ in steps.values():
+            step()
+    times = {name: [] for name in steps}
+    order = [args.worker, ref]
+    for i in range(args.repeats):
+        for name in order if i % 2 == 0 else order[::-1]:
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                steps[name][0]()
+            sync()
+            times[name].append(time.perf_counter() - t0)
+    tokens = args.batch * args.length * args.steps
+    tps = {name: sorted(tokens / t for t in ts) for name, ts in times.items()}
+    own = tps[args.worker]
+    return {"cell": args.worker, "tokens_per_s": statistics.median(own), "min": own[0], "max": own[-1],
+            "peak_mb": 0.0, "params": sum(p.numel() for p in steps[args.worker][1]),
+            "threads": torch.get_num_threads(), "device": str(device),
+            "pair": ref, "pair_tokens_per_s": statistics.median(tps[ref])}
 
 
 def run_child(name: str, args) -> dict:
@@ -159,8 +202,9 @@ def table(rows: list[dict], lstm: float | None) -> str:
         ref = r.get("ref_tokens_per_s") or lstm     # the reference timed next to it, where there is one
         ratio = f"{r['tokens_per_s'] / ref:.2f}x" if ref else "n/a"
         rng = f"{r['min']:,.0f}..{r['max']:,.0f}"
+        peak = f"{r['peak_mb']:>8.1f}" if "pair" not in r else f"{'-':>8}"     # paired: both modules' memory
         lines.append(f"| {r['cell']:18} | {r['tokens_per_s']:>10,.0f} | {ratio:>7} | {rng:>19} | "
-                     f"{r['peak_mb']:>8.1f} | {r['params']:>9,} |")
+                     f"{peak} | {r['params']:>9,} |")
     return "\n".join(lines)
 
 

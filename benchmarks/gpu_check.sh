@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The GPU checks of one short lease, in order of what matters, each stage time-boxed so that
-# the reports of the stages that ran are always written:
-#   1. the CUDA tests: every cell on the GPU against the CPU (values and gradients, CUDA graphs
-#      on), the graphed scans against their eager loops, the Triton scans compiled for the GPU,
-#      every cell under bf16 autocast against float64;
-#   2. the benchmark suite on CUDA (speed, batch 64 x 1024 x 1024, URN, LM step, memory);
-#   3. the matrix-affine cells with CUDA graphs off (what the graphs buy), and the Triton scan
-#      against the chunked scan.
+# The GPU checks of one short lease, each stage time-boxed so that the reports of the stages
+# that ran are always written:
+#   1. the benchmark suite on CUDA (speed at 32 x 35 x 256, batch 64 x 1024 x 1024, the
+#      product bounds, URN, LM step, memory), on a quiet machine, first;
+#   2. the long part again with cuBLAS's float32 products in TF32 (RNNLENS_BENCH_TF32=1), and
+#      torch.nn.LSTM with cuDNN's TF32 on and off (what its default is worth);
+#   3. the CUDA tests: every cell on the GPU against the CPU (values and gradients, CUDA graphs
+#      on), the graphed scans against their eager loops, the Triton scans and the rational
+#      cells' fused Triton pass compiled for the GPU, cuDNN's weight layout, every cell under
+#      bf16 autocast against float64.
 # Usage, from the repository root on a machine with a GPU:
 #   OUT=/tmp/gpu-out bash benchmarks/gpu_check.sh [SECONDS]      (default 540)
 # It reads rnnlens from the checkout (PYTHONPATH), so nothing needs installing where torch,
@@ -24,32 +26,42 @@ log="$OUT/log.txt"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
   uptime; } 2>&1 | tee "$OUT/env.txt"
 
-echo "== tests ($(left) s left)" | tee -a "$log"
-timeout 170 python3 -m pytest -v -n 8 --timeout 100 -p no:cacheprovider -o addopts="" \
-  tests/ops/test_cuda_graphs.py tests/ops/test_triton_scan.py \
-  tests/ops/test_precision.py tests/cells/test_cells.py tests/cells/test_memory.py tests/heads/test_crf.py \
-  tests/ops/test_elementwise.py tests/ops/test_expm.py -k "cuda or graph or triton or graphed" \
-  > "$OUT/tests.txt" 2>&1
-echo "tests rc=$?" | tee -a "$log"
-tail -15 "$OUT/tests.txt"
-
-suite=$(( $(left) - 150 ))
+suite=$(( $(left) * 45 / 100 ))
 echo "== suite (time limit $suite s)" | tee -a "$log"
-timeout $((suite + 120)) python3 -m benchmarks --device cuda --time-limit "$suite" \
+timeout $((suite + 90)) python3 -m benchmarks --device cuda --time-limit "$suite" \
   --cells elman gru lstm mvma-g mvma-l gru-approx lstm-approx rrnn-b rrnn-c rrnn-f \
-  --parts speed long urn lm memory --out "$OUT/RESULTS-cuda.md" >> "$log" 2>&1
+  --parts speed long bounds urn lm memory --out "$OUT/RESULTS-cuda.md" >> "$log" 2>&1
 echo "suite rc=$?" | tee -a "$log"
 
-if [ "$(left)" -gt 60 ]; then
-  echo "== graphs off ($(left) s left)" | tee -a "$log"
-  RNNLENS_CUDA_GRAPHS=0 timeout $(( $(left) - 30 )) python3 -m benchmarks.cells --device cuda --repeats 20 \
-    --warmup 3 --cells mvma-g mvma-l gru-approx lstm-approx --out "$OUT/RESULTS-cells-nographs.md" >> "$log" 2>&1
-  echo "graphs off rc=$?" | tee -a "$log"
+if [ "$(left)" -gt 200 ]; then
+  echo "== tf32 ($(left) s left)" | tee -a "$log"
+  RNNLENS_BENCH_TF32=1 timeout 100 python3 -m benchmarks --device cuda --cells lstm mvma-g mvma-l rrnn-b rrnn-c rrnn-f \
+    --parts long bounds --out "$OUT/RESULTS-cuda-tf32.md" >> "$log" 2>&1
+  echo "tf32 rc=$?" | tee -a "$log"
+  timeout 40 python3 - >> "$OUT/cudnn-tf32.txt" 2>&1 <<'EOF'
+import time, torch
+lstm = torch.nn.LSTM(1024, 1024, batch_first=True).cuda()
+x = torch.randn(64, 1024, 1024, device="cuda", requires_grad=True)
+for flag in (True, False, True, False):
+    torch.backends.cudnn.allow_tf32 = flag
+    ts = []
+    for i in range(8):
+        torch.cuda.synchronize(); t0 = time.perf_counter()
+        lstm(x)[0].sum().backward()
+        torch.cuda.synchronize(); ts.append(time.perf_counter() - t0)
+    print(f"torch.nn.LSTM 64 x 1024 x 1024 fwd+bwd, cudnn.allow_tf32={flag}: median {sorted(ts[2:])[3] * 1e3:.1f} ms")
+EOF
+  cat "$OUT/cudnn-tf32.txt" | tee -a "$log"
 fi
-if [ "$(left)" -gt 25 ]; then
-  echo "== triton scan ($(left) s left)" | tee -a "$log"
-  timeout $(( $(left) - 5 )) python3 -m benchmarks.scan_triton --skip-loop --repeats 20 --out "$OUT/RESULTS-scan-triton.md" >> "$log" 2>&1
-  echo "scan rc=$?" | tee -a "$log"
-fi
-grep -A60 "^## Targets" "$OUT/RESULTS-cuda.md" 2>/dev/null | head -45
+
+t=$(( $(left) - 15 ))
+echo "== tests ($t s)" | tee -a "$log"
+timeout "$t" python3 -m pytest -v -n 8 --timeout 100 -p no:cacheprovider -o addopts="" \
+  tests/ops/test_cuda_graphs.py tests/ops/test_triton_rational.py tests/ops/test_triton_scan.py \
+  tests/ops/test_precision.py tests/cells/test_cells.py tests/cells/test_fused_classic.py tests/cells/test_memory.py \
+  tests/heads/test_crf.py tests/ops/test_elementwise.py tests/ops/test_expm.py \
+  -k "cuda or graph or triton or graphed" > "$OUT/tests.txt" 2>&1
+echo "tests rc=$?" | tee -a "$log"
+grep -E "FAILED|ERROR|passed|failed" "$OUT/tests.txt" | tail -15
+grep -A70 "^## Targets" "$OUT/RESULTS-cuda.md" 2>/dev/null | head -50
 echo "done in $(( $(date +%s) - start )) s"

@@ -109,7 +109,7 @@ def _job(job: dict, threads: int, device: str):
         ns = argparse.Namespace(worker=name.removesuffix(AGAIN), threads=threads, repeats=p["repeats"],
                                 warmup=p["warmup"], steps=1, batch=p["batch"], length=p["length"], size=p["size"],
                                 device=device, checkpoint_chunk=p.get("chunk"))
-        row = cells.worker(ns)
+        row = cells.paired(ns, p["against"]) if p.get("against") else cells.worker(ns)
         return {**row, "cell": name} if name.endswith(AGAIN) else row
     if kind == "urn":
         from . import urn
@@ -130,7 +130,7 @@ def _job(job: dict, threads: int, device: str):
     if kind == "bounds":
         from . import bounds
 
-        return bounds.measure(p["batch"], p["length"], p["size"], p["repeats"], p.get("cells"))
+        return bounds.measure(p["batch"], p["length"], p["size"], p["repeats"], p.get("cells"), device)
     if kind == "scan":
         from . import scan
 
@@ -147,6 +147,8 @@ def worker(jobs: list[dict], threads: int, device: str) -> list:
 
     warnings.filterwarnings("ignore", message="TF32 acceleration")
     torch.set_num_threads(threads)
+    if tf32():                          # cuBLAS's float32 products on TF32 tensor cores
+        torch.backends.cuda.matmul.allow_tf32 = True
     out = []
     for job in jobs:
         try:
@@ -159,6 +161,13 @@ def worker(jobs: list[dict], threads: int, device: str) -> list:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
     return out
+
+
+def tf32() -> bool:
+    """RNNLENS_BENCH_TF32=1: every measurement runs cuBLAS's float32 matrix products in TF32
+    (torch.backends.cuda.matmul.allow_tf32), as cuDNN's kernels may by default
+    (torch.backends.cudnn.allow_tf32); the report says so."""
+    return os.environ.get("RNNLENS_BENCH_TF32", "0") == "1"
 
 
 def run_jobs(jobs: list[dict], threads: int, device: str) -> list:
@@ -183,11 +192,13 @@ def _mem_available_gb() -> float:
     return 8.0
 
 
-def _cells_job(name, length, s, chunk=None, batch=None, repeats=None, warmup=None, size=None):
+def _cells_job(name, length, s, chunk=None, batch=None, repeats=None, warmup=None, size=None, against=None):
     p = {"name": name, "length": length, "batch": batch or s["batch"], "size": size or s["size"],
          "repeats": s["repeats"] if repeats is None else repeats, "warmup": s["warmup"] if warmup is None else warmup}
     if chunk:
         p["chunk"] = chunk
+    if against:         # timed in turns with this module, in the same process (cells.paired)
+        p["against"] = against
     return {"kind": "cell", "params": p}
 
 
@@ -232,11 +243,13 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
     t0 = time.perf_counter()
     plan: dict[str, list[dict]] = {}
     if "speed" in parts:
-        plan["speed"] = [_cells_job(n, s["length"], s) for n in (*TORCH, *with_references(cells))]
+        plan["speed"] = [_cells_job(n, s["length"], s, against=OWN_TARGETS.get(n))
+                         for n in (*TORCH, *with_references(cells))]
     if "long" in parts:
         own = [c for c in OWN_TARGETS if c in cells] if cuda else []
         long_cells = [*(OWN_TARGETS[c] for c in own), *own, *(c for c in long_goals if c in cells)]
-        plan["long"] = [_cells_job(n, s["long"], s, batch=s.get("long_batch"), size=s.get("long_size"))
+        plan["long"] = [_cells_job(n, s["long"], s, batch=s.get("long_batch"), size=s.get("long_size"),
+                                   against=OWN_TARGETS.get(n))
                         for n in (REF, *with_references(long_cells))]
     if "bounds" in parts:
         from .bounds import CELLS as BOUND_CELLS, WORD_MATRIX
@@ -245,7 +258,9 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
         plan["bounds"] = [
             {"kind": "bounds", "params": {**common, "length": s["length"],
                                           "cells": [c for c in (*BOUND_CELLS, *WORD_MATRIX) if c in cells]}},
-            {"kind": "bounds", "params": {**common, "length": s["long"], "cells": [c for c in long_goals if c in cells]}}]
+            {"kind": "bounds", "params": {**common, "length": s["long"], "batch": s.get("long_batch", s["batch"]),
+                                          "size": s.get("long_size", s["size"]),
+                                          "cells": [c for c in long_goals if c in cells]}}]
     if "urn" in parts:
         plan["urn"] = [{"kind": "urn", "params": {**s["urn"], "ref_size": s["size"]}}]
     if "lm" in parts:
@@ -417,9 +432,12 @@ def targets(res: dict) -> list[tuple[str, str, str, str, str]]:
             bound.update({(b["length"], k): v for k, v in b["bound"].items()})
 
     def ratio(table, name, ref):
-        """name's tokens/s over ref's; against torch.nn.LSTM, over the runs of it timed next to
-        name (`local_references`) where there are some."""
+        """name's tokens/s over ref's: over the runs of ref timed in turns with it where it was
+        (`cells.paired`); against torch.nn.LSTM, over the runs of it timed next to name
+        (`local_references`) where there are some; else over ref's own row."""
         a, b = table.get(name), table.get(ref)
+        if a and a.get("pair") == ref:
+            return a["tokens_per_s"] / a["pair_tokens_per_s"]
         if a and ref == REF and a.get("ref_tokens_per_s"):
             return a["tokens_per_s"] / a["ref_tokens_per_s"]
         return a["tokens_per_s"] / b["tokens_per_s"] if a and b else None
@@ -512,7 +530,8 @@ def report(res: dict, quick: bool, device: str, threads: int, started: str, seco
         "",
         f"- date: {started} (took {seconds:.0f} s)" + ("; mode: --quick" if quick else ""),
         f"- machine: {machine}" + (f"; CPU: {cpu}" if cpu else ""),
-        f"- python {platform.python_version()}, torch {torch.__version__}, torch threads {threads}, device {dev}",
+        f"- python {platform.python_version()}, torch {torch.__version__}, torch threads {threads}, device {dev}"
+        + ("; TF32: cuBLAS's float32 products in TF32 (RNNLENS_BENCH_TF32=1)" if tf32() else ""),
         f"- 1-minute load average: {load[0]:.2f} before, {load[1]:.2f} after the run ({os.cpu_count()} CPUs; "
         f"the benchmark itself adds about {threads})"
         + (" -- WARNING: other work was running; the numbers are not trustworthy" if busy else ""),
@@ -544,7 +563,9 @@ def report(res: dict, quick: bool, device: str, threads: int, started: str, seco
                   "warm-up passes, each cell in its own process (CUDA: each part in one process); peak MB = peak RSS growth (CUDA: the allocator's). "
                   f"x LSTM: against the mean of the {REF} runs timed just before and after the cell (the "
                   f"'{REF + AGAIN}' rows, after every {REF_EVERY} cells, each against the first {REF}: the "
-                  "machine's speed drifts over a run).",
+                  "machine's speed drifts over a run). The rnnlens elman, gru and lstm rows are timed in turns "
+                  "with torch's module of their kind in one process (a pass of each per round, cells.paired): "
+                  "their targets' ratios are over those rounds, and their peak MB is not measured.",
                   "", cells_mod.table(res["speed"], lstm), ""]
     if "long" in res:
         lstm = next((r["tokens_per_s"] for r in res["long"] if r.get("cell") == "torch.nn.LSTM" and "error" not in r), None)

@@ -114,6 +114,30 @@ class _Classic(Cell):
     def _fused_kernel(self):
         raise NotImplementedError
 
+    def _cudnn_mode(self) -> str:
+        raise NotImplementedError
+
+    def _flatten_for_cudnn(self, weights) -> None:
+        """Lay the four weights out in one block of GPU memory as cuDNN reads them (what
+        torch.nn.LSTM's flatten_parameters does; the Parameters stay the same objects, now
+        views of that block): otherwise cuDNN copies them into such a block at every call,
+        and their gradients back out of one. Done again whenever the weights have moved
+        (`.cuda()`, `.to()`, a load), checked by their addresses."""
+        ptrs = tuple(w.data_ptr() for w in weights)
+        if getattr(self, "_cudnn_flat", None) == ptrs:
+            return
+        first = weights[0]
+        if len(set(ptrs)) != len(ptrs) or not all(       # a parametrised weight (spectral norm) is
+                isinstance(w, nn.Parameter) and w.is_cuda and w.dtype == first.dtype  # computed anew
+                and w.device == first.device for w in weights):                       # at each call
+            return
+        import torch.backends.cudnn.rnn as cudnn_rnn
+
+        with torch.no_grad(), torch.cuda.device_of(first):
+            torch._cudnn_rnn_flatten_weight(weights, 4, self.input_size, cudnn_rnn.get_cudnn_mode(self._cudnn_mode()),
+                                            self.hidden_size, 0, 1, True, False)
+        self._cudnn_flat = tuple(w.data_ptr() for w in weights)
+
     def forward(self, x, mask=None, state=None):
         if not self.batch_first:
             out, final = self._batch_major_forward(*self._to_batch_major(x, mask), state)
@@ -159,6 +183,8 @@ class _Classic(Cell):
         # cuDNN's backward refuses eval mode (captum attributes through eval-mode models):
         # there ATen's own CUDA loop runs instead
         no_cudnn = x.is_cuda and not self.training and torch.is_grad_enabled()
+        if x.is_cuda and not no_cudnn and torch.backends.cudnn.is_acceptable(x):
+            self._flatten_for_cudnn(weights)
         with torch.backends.cudnn.flags(enabled=False) if no_cudnn else contextlib.nullcontext(), \
                 no_autocast(x.device.type) if autocast else contextlib.nullcontext():
             if lengths is None:
@@ -236,6 +262,9 @@ class Elman(_Classic):
     def _fused_kernel(self):
         return torch._VF.rnn_tanh if self.nonlinearity == "tanh" else torch._VF.rnn_relu
 
+    def _cudnn_mode(self) -> str:
+        return "RNN_TANH" if self.nonlinearity == "tanh" else "RNN_RELU"
+
     def step(self, x_t, h):
         return self._act(x_t @ self.weight_ih.T + self.bias_ih + h @ self.weight_hh.T + self.bias_hh)
 
@@ -280,6 +309,9 @@ class GRU(_Classic):
 
     def _fused_kernel(self):
         return torch._VF.gru
+
+    def _cudnn_mode(self) -> str:
+        return "GRU"
 
     def _update(self, p_x, p_h, h):
         xr, xz, xn = p_x.chunk(3, -1)
@@ -330,6 +362,9 @@ class LSTM(_Classic):
 
     def _fused_kernel(self):
         return torch._VF.lstm
+
+    def _cudnn_mode(self) -> str:
+        return "LSTM"
 
     def step(self, x_t, s):
         c, h = s.split(self.hidden_size, -1)

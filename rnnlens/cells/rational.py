@@ -4,7 +4,8 @@ hidden dimension is the Forward score of a small weighted finite-state automaton
 All gates come from one input projection of all time steps; the recurrences are
 elementwise, c_t = f_t (x) c_{t-1} (+) u_t. On the CPU, forward() runs the gates, every
 block's scan, the read-out and (without an output gate) the tanh in one C++ pass over time
-with its own backward (ops.rational_fused); elsewhere, and as its reference, the blocks run
+with its own backward (ops.rational_fused), and on a GPU in one Triton kernel each way
+(ops.triton_rational, n <= 3 blocks); elsewhere, and as their reference, the blocks run
 through ops.elementwise.elementwise_scan (a chunked two-pass scan with its own backward;
 one Triton kernel per direction on a GPU). In the real semiring (x) is * and (+) is +;
 in max-plus (x) is + and (+) is max, f is a log-gate and the state is the best path score.
@@ -32,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops import rational_fused
+from ..ops import rational_fused, triton_rational
 from ..ops.elementwise import elementwise_scan
 from ..ops.linear import linear
 from ..ops.precision import full_precision
@@ -240,16 +241,20 @@ class RationalCell(Cell):
         if x.shape[1] == 0:                       # no steps: no outputs, the state unchanged
             return x.new_zeros(x.shape[0], 0, self.hidden_size), state
         if rational_fused.available(x, self.sr.name, self.pattern == "f"):
-            return self._forward_fused(x, mask, state)
+            return self._forward_fused(x, mask, state, rational_fused.rational_scan)
+        if triton_rational.available(x, self.sr.name, self.pattern == "f", self.n):
+            return self._forward_fused(x, mask, state, triton_rational.rational_scan_triton)
         u, f, o = self.gates(x)                   # one projection for the scan and the output gate
         # the blocks stay apart: the output reads the last one, the final state takes each
         # one's last step (no [B,T,K*H] concatenation, and no zero-filled gradient of it)
         blocks, final = self._blocks(u, f, mask, state, x.dtype)
         return self._out_of(x, blocks[-1], mask, o), final
 
-    def _forward_fused(self, x, mask, state):
-        """forward() through the C++ pass over time (rnnlens.ops.rational_fused): the same
-        equations as _blocks and _out_of, checked against them in the tests."""
+    def _forward_fused(self, x, mask, state, rational_scan):
+        """forward() through one fused pass over time: the C++ one on the CPU
+        (rnnlens.ops.rational_fused) or the Triton one on a GPU (rnnlens.ops.triton_rational),
+        both `rational_scan(P, c0, mask, ...)`: the same equations as _blocks and _out_of,
+        checked against them in the tests."""
         B, T, _ = x.shape
         H, n = self.hidden_size, self.n
         P = self._project(x)
@@ -259,11 +264,11 @@ class RationalCell(Cell):
             p1, p2, r = self.final_epsilon_weights(P.dtype)
             extra = {"r": r, "p1": p1, "p2": p2}
         if not self.output_gate:        # h = tanh(c) in the same pass
-            h, final = rational_fused.rational_scan(P, c0, mask, semiring=self.sr.name, tanh=True, **extra)
+            h, final = rational_scan(P, c0, mask, semiring=self.sr.name, tanh=True, **extra)
             if self.pattern == "f":
                 h, final = self._fused_start_read_out(h, final, state, mask, torch.tanh)
             return self._dropout(h), final
-        Rd, final = rational_fused.rational_scan(P, c0, mask, semiring=self.sr.name, **extra)
+        Rd, final = rational_scan(P, c0, mask, semiring=self.sr.name, **extra)
         if self.pattern == "f":
             Rd, final = self._fused_start_read_out(Rd, final, state, mask, lambda v: v)
         po = P.view(B, T, P.shape[2] // H, H)[:, :, 2 * n]

@@ -144,3 +144,47 @@ def test_time_major_cells_take_long_padded_rows_by_length(name, monkeypatch):
     assert max_diff(out, ref) < 1e-12 and max_diff(final, ref_final) < 1e-12
     g = torch.autograd.grad(out.sum() + final.sum(), x)[0]
     assert max_diff(g, torch.autograd.grad(ref.sum() + ref_final.sum(), x)[0]) < 1e-11
+
+
+def _grads(cell, x, mask, s0):
+    cell.zero_grad(set_to_none=True)
+    x, s0 = x.detach().clone().requires_grad_(), s0.detach().clone().requires_grad_()
+    out, fin = cell(x, mask, s0)
+    ((out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype, device=out.device).view_as(out)).sum()
+     + (fin ** 2).sum()).backward()
+    return [out.detach(), fin.detach(), x.grad, s0.grad, *(p.grad for p in cell.parameters())]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", list(CLASSIC))
+def test_cuda_weights_are_laid_out_once_for_cudnn(name, tmp_path):
+    """On a GPU the four weights become views of one block (cuDNN reads them without a copy);
+    values and gradients equal the CPU's, before and after an optimizer step, a move to the CPU
+    and back (laid out again), and a checkpoint written from the laid-out weights."""
+    from safetensors.torch import load_file, save_model
+
+    cpu = make(name)
+    gpu = make(name).cuda()
+    x, mask, s0 = inputs(cpu.state_size)
+    for _ in range(2):
+        got = _grads(gpu, x.cuda(), mask.cuda(), s0.cuda())
+        want = _grads(cpu, x, mask, s0)
+        for a, b in zip(got, want):
+            assert max_diff(a.cpu(), b) < 1e-10
+        storages = {p.untyped_storage().data_ptr() for p in gpu.parameters()}
+        assert len(storages) == 1, "weights not laid out in one block"
+        for opt_cell in (cpu, gpu):
+            with torch.no_grad():
+                for p in opt_cell.parameters():
+                    p -= 0.1 * p.grad
+    gpu.cpu()
+    gpu.cuda()
+    assert len({p.untyped_storage().data_ptr() for p in gpu.parameters()}) == 4
+    got = _grads(gpu, x.cuda(), mask.cuda(), s0.cuda())
+    assert len({p.untyped_storage().data_ptr() for p in gpu.parameters()}) == 1
+    for a, b in zip(got, _grads(cpu, x, mask, s0)):
+        assert max_diff(a.cpu(), b) < 1e-10
+    save_model(gpu.cpu(), str(tmp_path / "m.safetensors"))
+    saved = load_file(str(tmp_path / "m.safetensors"))
+    for n, p in cpu.named_parameters():
+        assert torch.equal(saved[n], p.detach())
