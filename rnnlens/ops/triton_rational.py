@@ -15,7 +15,8 @@ elementwise kernels around each block's scan, forward and backward.
 The layout is the scan's (rnnlens.ops.triton_scan): a program holds one batch row's BLOCK_H
 features of every block. Blocks: n = 1, 2 or 3 (RRNN(B), (C), (F), the 3-gram cell); other n,
 RRNN(F) in max-plus (which the cells do not run fused anywhere), other dtypes than float32 and
-float64, and RNNLENS_TRITON=0 take the PyTorch path. The equations and their order are the C++
+float64, RNNLENS_TRITON=0 (every Triton kernel off) and RNNLENS_TRITON_RATIONAL=0 (this one
+off, the Triton scan kept) take the PyTorch path. The equations and their order are the C++
 kernel's (rnnlens/ops/csrc/rational_scan.cpp), so max-plus ties go to the carried branch; the
 activations are computed here (sigmoid as 1 / (1 + exp(-x)), logsigmoid as
 min(x, 0) - log(1 + exp(-|x|)), tanh through exp), within rounding of torch's.
@@ -25,6 +26,7 @@ tests/ops/test_triton_rational.py compares it with the PyTorch path in Triton's 
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -33,6 +35,8 @@ from .precision import no_autocast, no_autocast_backward
 from .triton_scan import _interpreting, _launch, triton_enabled
 
 tl = None       # triton.language, bound by _kernels() on first use
+# the kernels' helpers, bound by _kernels() (jitted, or the plain _py_* functions in the interpreter)
+_sigmoid = _logsigmoid = _tanh = _gate = _block_forward = _block_backward = None
 
 MAX_BLOCKS = 3
 
@@ -45,7 +49,7 @@ def available(x: torch.Tensor, semiring: str, pattern_f: bool, n: int) -> bool:
         return False
     if semiring not in ("real", "max-plus") or (pattern_f and semiring != "real") or not 1 <= n <= MAX_BLOCKS:
         return False
-    return triton_enabled()
+    return triton_enabled() and os.environ.get("RNNLENS_TRITON_RATIONAL", "1") != "0"
 
 
 def rational_scan_triton(P: torch.Tensor, initial_state: torch.Tensor, mask: torch.Tensor | None = None, *,

@@ -179,3 +179,17 @@ def test_urn_speed_times_the_reference_of_the_table_setting(suite):
     out = urn.speed(batch_size=2, length=4, hidden=6, repeats=2, warmup=0, ref_size=8)
     assert out["ref_size"] == 8 and out["torch.nn.LSTM"]["tokens_per_s"] > 0 and out["urn"]["tokens_per_s"] > 0
     assert "torch.nn.LSTM" not in urn.speed(batch_size=2, length=4, hidden=6, repeats=1, warmup=0)
+
+
+def test_profile_cell_reports_calls_and_launches(capsys):
+    import sys as _sys
+    _sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks import profile_cell
+        profile_cell.main(["--cells", "gru", "rrnn-b", "--batch", "2", "--length", "3", "--size", "4",
+                           "--repeats", "1", "--warmup", "0", "--top", "3", "--threads", "1"])
+    finally:
+        _sys.path.remove(str(REPO))
+    out = capsys.readouterr().out
+    for name in ("gru", "rrnn-b"):
+        assert f"## {name}: " in out and " ms a step (median of 1), " in out and " operator calls, " in out

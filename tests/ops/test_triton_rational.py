@@ -131,7 +131,9 @@ def test_saturated_gates_and_float32(name, dtype, monkeypatch):
     x = (torch.randn(5, 13, 7, dtype=dtype) * 2).to(DEVICE)
     got = _run(cell, x, _mask(5, 13), None, True, monkeypatch)
     want = _run(cell, x, _mask(5, 13), None, False, monkeypatch)
-    tol = 1e-10 if dtype == torch.float64 else 2e-4
+    # float32: gradients through gates saturated to the last bit differ from the reference's
+    # by float32 rounding, up to about 3e-4 of relative error (seen on an H100)
+    tol = 1e-10 if dtype == torch.float64 else 1e-3
     _same([got[0], got[1], *got[2]], [want[0], want[1], *want[2]], tol)
     # no NaN (a max-plus state with no path yet is -inf, the semiring's zero)
     assert not any(torch.isnan(t).any() for t in [got[0], got[1], *got[2]])
@@ -145,5 +147,8 @@ def test_more_blocks_and_max_plus_rrnn_f_take_the_pytorch_path(monkeypatch):
     assert not triton_rational.available(x, "log", False, 1)
     assert not triton_rational.available(x[:, :0], "real", False, 1)
     assert not triton_rational.available(x.half(), "real", False, 1)
+    monkeypatch.setenv("RNNLENS_TRITON_RATIONAL", "0")       # this kernel off, the Triton scan kept
+    assert not triton_rational.available(x, "real", False, 1)
+    monkeypatch.setenv("RNNLENS_TRITON_RATIONAL", "1")
     monkeypatch.setenv("RNNLENS_TRITON", "0")
     assert not triton_rational.available(x, "real", False, 1)
