@@ -115,6 +115,22 @@ def _setup(args):
     return torch, device, sync
 
 
+def timed(step, warmup: int, repeats: int, sync, steps: int = 1) -> list[float]:
+    """Seconds of each of `repeats` timed runs of `steps` calls of step, after `warmup` calls,
+    each run between two syncs (sync: torch.cuda.synchronize on a GPU, else nothing)."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
 def worker(args) -> dict:
     """Time one cell in this process; returns the result row."""
     torch, device, sync = _setup(args)
@@ -125,16 +141,7 @@ def worker(args) -> dict:
         sync()
         torch.cuda.reset_peak_memory_stats(device)
         mem0 = torch.cuda.memory_allocated(device)
-    for _ in range(args.warmup):
-        step()
-    times = []
-    for _ in range(args.repeats):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
-            step()
-        sync()
-        times.append(time.perf_counter() - t0)
+    times = timed(step, args.warmup, args.repeats, sync, args.steps)
     if cuda:
         peak, rss0 = torch.cuda.max_memory_allocated(device) // 1024, mem0 // 1024
     else:

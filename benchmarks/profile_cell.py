@@ -14,27 +14,18 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 
 
 def profile(name: str, args) -> str:
     import torch
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
-    from .cells import _stepper
+    from .cells import _stepper, timed
 
     device = torch.device(args.device)
     step, _ = _stepper(name, args, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(args.warmup):
-        step()
-    times = []
-    for _ in range(args.repeats):
-        sync()
-        t0 = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - t0)
+    times = timed(step, args.warmup, args.repeats, sync)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with torch_profile(activities=activities) as prof:
         step()

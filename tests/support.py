@@ -27,6 +27,38 @@ def max_diff(a, b) -> float:
     return d
 
 
+# --- Triton kernels ------------------------------------------------------------------------------
+def triton_kernels_here(kernels):
+    """The body of a module fixture for tests of Triton kernels: on a GPU it yields at once;
+    without one it sets TRITON_INTERPRET=1 for the module, so that `kernels()` (the module's
+    cached kernel builder) builds them for Triton's interpreter, and skips when they were
+    already built without it in this process."""
+    import pytest
+
+    if torch.cuda.is_available():
+        yield
+        return
+    from triton.runtime.interpreter import InterpretedFunction
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_INTERPRET", "1")
+        if not isinstance(kernels()[0], InterpretedFunction):
+            pytest.skip("the Triton kernels were already compiled in this process without "
+                        "TRITON_INTERPRET=1 and there is no GPU; run this file on its own")
+        yield
+
+
+def rows_mask(B: int, T: int) -> torch.Tensor:
+    """[B,T] (B >= 5): row 0 all real, right padding (row 1), left padding (row 2), a hole
+    (row 3), nothing real (row 4), the rest all real."""
+    m = torch.ones(B, T, dtype=torch.bool)
+    m[1, T - 3:] = False
+    m[2, :2] = False
+    m[3, T // 2] = False
+    m[4] = False
+    return m
+
+
 # --- the command line ----------------------------------------------------------------------------
 TINY = ["--embedding-dim", "8", "--hidden-size", "8", "--epochs", "1", "--quiet"]
 

@@ -9,6 +9,7 @@ import shutil
 import pytest
 import torch
 
+from tests.support import rows_mask
 from rnnlens.cells import CELLS
 from rnnlens.cells.rational import RRNNC, RRNNF, NGramRational, RationalCell
 from rnnlens.ops import cpp, rational_fused
@@ -31,12 +32,7 @@ def _make(name, E=7, H=19, dtype=torch.float64, seed=0):
 
 
 def _mask(B, T):
-    m = torch.ones(B, T, dtype=torch.bool)
-    m[1, T - 3:] = False            # right padding
-    m[2, :2] = False                # left padding
-    m[3, T // 2] = False            # a hole
-    m[4] = False                    # nothing real at all
-    return m
+    return rows_mask(B, T)
 
 
 def _start(cell, B, dtype):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.support import rows_mask, triton_kernels_here
 from rnnlens.cells import CELLS
 from rnnlens.cells.rational import RRNNC, NGramRational, RationalCell
 from rnnlens.ops import triton_rational
@@ -25,17 +26,7 @@ EXTRA = {"rrnn-c-maxplus": lambda e, h: RRNNC(e, h, semiring="max-plus"),
 @pytest.fixture(scope="module", autouse=True)
 def kernels():
     """Without a GPU: the kernels in Triton's interpreter, for this module."""
-    if DEVICE == "cuda":
-        yield
-        return
-    from triton.runtime.interpreter import InterpretedFunction
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITON_INTERPRET", "1")
-        if not isinstance(triton_rational._kernels()[0], InterpretedFunction):
-            pytest.skip("the Triton kernels were already compiled in this process without "
-                        "TRITON_INTERPRET=1 and there is no GPU; run this file on its own")
-        yield
+    yield from triton_kernels_here(triton_rational._kernels)
 
 
 def _make(name, E=7, H=19, dtype=torch.float64, seed=0, scale=0.6):
@@ -48,12 +39,7 @@ def _make(name, E=7, H=19, dtype=torch.float64, seed=0, scale=0.6):
 
 
 def _mask(B, T):
-    m = torch.ones(B, T, dtype=torch.bool)
-    m[1, T - 3:] = False            # right padding
-    m[2, :2] = False                # left padding
-    m[3, T // 2] = False            # a hole
-    m[4] = False                    # nothing real at all
-    return m.to(DEVICE)
+    return rows_mask(B, T).to(DEVICE)
 
 
 def _start(cell, B, dtype):

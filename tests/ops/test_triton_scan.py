@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from tests.support import max_diff
+from tests.support import max_diff, triton_kernels_here
 
 from rnnlens.errors import RnnlensError
 from rnnlens.ops import triton_scan
@@ -28,18 +28,8 @@ TOL = {F64: (1e-12, 1e-10), torch.float32: (1e-5, 1e-4)}     # (states, gradient
 
 @pytest.fixture(scope="module", autouse=True)
 def kernels():
-    """Without a GPU: build the kernels for Triton's interpreter and keep it on for the module."""
-    if DEVICE == "cuda":
-        yield
-        return
-    from triton.runtime.interpreter import InterpretedFunction
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITON_INTERPRET", "1")
-        if not isinstance(triton_scan._kernels()[0], InterpretedFunction):
-            pytest.skip("the Triton kernels were already compiled in this process without "
-                        "TRITON_INTERPRET=1 and there is no GPU; run this file on its own")
-        yield
+    """Without a GPU: the kernels in Triton's interpreter, for this module."""
+    yield from triton_kernels_here(triton_scan._kernels)
 
 
 def gates(z, name):
