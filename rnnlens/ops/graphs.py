@@ -70,8 +70,9 @@ def clear() -> None:
 
 
 def applies(t: torch.Tensor, steps: int) -> bool:
-    """Whether `run` may use a graph for a loop of `steps` steps over tensors like t."""
-    return (_enabled and t.is_cuda and 0 < steps <= MAX_STEPS
+    """Whether `run` may use a graph for a loop of `steps` steps over tensors like t: not while
+    autograd records (a backward with create_graph=True: a replay's outputs have no history)."""
+    return (_enabled and t.is_cuda and 0 < steps <= MAX_STEPS and not torch.is_grad_enabled()
             and not torch.cuda.is_current_stream_capturing())
 
 
@@ -105,13 +106,12 @@ def _capture(fn: Callable, inputs, stream) -> _Graph:
 def run(name: str, fn: Callable, *inputs: torch.Tensor | None) -> tuple:
     """fn(*inputs) -> tuple of tensors, through a CUDA graph where one is kept or due (see the
     module's docstring; the first tensor input decides, its dim 1 being the steps); the outputs
-    are new tensors either way. fn must be a loop of tensor operations without autograd, host
-    reads (.item(), .tolist()) or random numbers, whose work depends only on the inputs' shapes,
-    dtypes and which are None."""
+    are new tensors either way. fn must be a loop of tensor operations without host reads
+    (.item(), .tolist()) or random numbers, whose work depends only on the inputs' shapes,
+    dtypes and which are None. Where autograd records, fn runs as it is, recorded."""
     first = next(t for t in inputs if t is not None)
     if not applies(first, first.shape[1] if first.dim() > 1 else 0):
-        with torch.no_grad():
-            return tuple(fn(*inputs))
+        return tuple(fn(*inputs))
     key = _key(name, inputs)
     device = first.device
     with _lock, torch.cuda.device(device):
@@ -127,8 +127,7 @@ def run(name: str, fn: Callable, *inputs: torch.Tensor | None) -> tuple:
         if len(_seen) > 16 * MAX_GRAPHS:            # a bounded count: forget the oldest half
             for k in list(_seen)[: len(_seen) // 2]:
                 _seen.pop(k, None)
-        with torch.no_grad():                                  # this call's result, eagerly
-            out = tuple(fn(*inputs))
+        out = tuple(fn(*inputs))                               # this call's result, eagerly
         if calls < SEEN_BEFORE_CAPTURE:
             return out
         limit = _max_bytes(device)

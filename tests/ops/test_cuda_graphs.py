@@ -141,6 +141,8 @@ def test_graphs_leave_cpu_tensors_and_long_inputs_to_the_eager_loop(monkeypatch)
     assert not graphs.applies(a, 3)
     if torch.cuda.is_available():
         c = a.cuda()
-        assert graphs.applies(c, 3) and not graphs.applies(c, graphs.MAX_STEPS + 1)
-        monkeypatch.setattr(graphs, "_enabled", False)
-        assert not graphs.applies(c, 3)
+        assert not graphs.applies(c, 3)             # autograd records (create_graph): run as it is
+        with torch.no_grad():                       # as in a Function's forward and backward
+            assert graphs.applies(c, 3) and not graphs.applies(c, graphs.MAX_STEPS + 1)
+            monkeypatch.setattr(graphs, "_enabled", False)
+            assert not graphs.applies(c, 3)
