@@ -167,14 +167,16 @@ class _Classic(Cell):
             raise ValueError(f"expected x of shape [B, T, {self.input_size}], got {tuple(x.shape)}")
         B, T, _ = x.shape
         H = self.hidden_size
-        if s is None:
-            s = self.initial_state(B, x.dtype, x.device)
         # autocast: the kernel in float32 with autocast off (it would keep its state in bf16)
         autocast = autocast_dtype(x.device.type) is not None
         if autocast:
             x, s = full_precision(x), full_precision(s)
         lstm = self.state_size == 2 * H
-        hx = (s[None, :, H:].contiguous(), s[None, :, :H].contiguous()) if lstm else s[None].contiguous()
+        if s is None:               # the zero start: one block of zeros for h (and c), no slicing
+            zero = x.new_zeros(1, B, H)
+            hx = (zero, zero) if lstm else zero
+        else:
+            hx = (s[None, :, H:].contiguous(), s[None, :, :H].contiguous()) if lstm else s[None].contiguous()
         weights = [self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh]
         kernel = self._fused_kernel()
         lengths = None if mask is None else mask.sum(1).cpu()
