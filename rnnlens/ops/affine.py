@@ -14,6 +14,10 @@ token (pad positions, mask False, keep the previous state, so it is states[:, -1
 start state when T = 0). A view carries its own mask, so the scans over a view
 (`affine_scan`, `lstm_block_scan`) take none. Gradients flow through all of them.
 
+On a GPU the fused scans' loops over time (`_structured_steps`, `_structured_reverse`,
+`_lstm_steps`, `_lstm_reverse`) are replayed as CUDA graphs (ops.graphs); on the CPU they run
+in C++ (csrc/affine_scan.cpp) where it is built, else as the same PyTorch loops.
+
 Under torch.autocast (bfloat16 or float16) the fast paths carry the state in float32: the
 fused scans take every input in float32 and run with autocast off, forward and backward, and
 `affine_scan` adds each step's product to a float32 g (see ops/precision.py). The gradients

@@ -146,3 +146,68 @@ def test_graphs_leave_cpu_tensors_and_long_inputs_to_the_eager_loop(monkeypatch)
             assert graphs.applies(c, 3) and not graphs.applies(c, graphs.MAX_STEPS + 1)
             monkeypatch.setattr(graphs, "_enabled", False)
             assert not graphs.applies(c, 3)
+
+
+def test_the_cache_policy_without_a_gpu(monkeypatch):
+    """ops.graphs' policy, with a stand-in for CUDA's capture (it keeps fn and its input buffers
+    and runs fn on them at replay): a key's first call runs eagerly, its second runs eagerly and
+    captures, later calls copy new inputs in and replay; every call returns fresh tensors equal
+    to fn's; a new shape is a new key; at most MAX_GRAPHS are kept, the least recently used
+    dropped first, and none that alone needs more than the byte limit."""
+    import contextlib
+
+    class Stand:
+        def __init__(self, fn, ins):
+            self.fn, self.ins, self.replays = fn, ins, 0
+            self.outs = tuple(fn(*ins))
+
+        def replay(self):
+            self.replays += 1
+            for o, new in zip(self.outs, self.fn(*self.ins)):
+                o.copy_(new)
+
+    def capture(fn, inputs, stream):
+        ins = tuple(None if t is None else t.detach().clone() for t in inputs)
+        g = Stand(fn, ins)
+        return graphs._Graph(g, ins, g.outs)
+
+    monkeypatch.setattr(graphs, "applies", lambda t, steps: True)
+    monkeypatch.setattr(graphs, "_capture", capture)
+    monkeypatch.setattr(graphs, "_max_bytes", lambda device: 10 ** 9)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "Stream", lambda d=None: None)
+    monkeypatch.setattr(graphs, "MAX_GRAPHS", 2)
+    graphs.clear()
+    calls = []
+
+    def fn(a, b, c):
+        calls.append(a.shape)
+        return (a.cumsum(1) * 2 + (0 if c is None else c.sum()), b + 1)
+
+    def check(T, seed):
+        g = torch.Generator().manual_seed(seed)
+        a, b = torch.randn(3, T, 2, generator=g), torch.randn(4, generator=g)
+        got = graphs.run("f", fn, a, b, None)
+        want = (a.cumsum(1) * 2, b + 1)
+        assert all(torch.equal(x, y) for x, y in zip(got, want))
+        return got
+
+    check(5, 0)
+    assert not graphs._cache                                   # first call: eager only
+    check(5, 1)
+    assert len(graphs._cache) == 1                             # second: eager, then captured
+    kept = next(iter(graphs._cache.values()))
+    first = check(5, 2)                                        # third: a replay on new inputs
+    assert kept.graph.replays == 1
+    second = check(5, 3)
+    assert kept.graph.replays == 2 and first[0].data_ptr() != second[0].data_ptr()
+    assert not torch.equal(first[0], second[0])                # the first result was not overwritten
+    for T in (6, 6, 7, 7):                                     # two more keys: the least recent (5) goes
+        check(T, T)
+    assert [k[1][0] for k in graphs._cache] == [(3, 6, 2), (3, 7, 2)]
+    monkeypatch.setattr(graphs, "_max_bytes", lambda device: 8)
+    graphs.clear()
+    for seed in range(3):
+        check(9, seed)
+    assert not graphs._cache                                   # over the byte limit alone: never kept
+    graphs.clear()
