@@ -20,13 +20,15 @@ come once (the last, shorter batch of an epoch) never pay for a capture, and a t
 whose batches come in a few dozen lengths gets a graph for each of them. The graphs kept are
 the most recently used, at most MAX_GRAPHS of them and at most MAX_BYTES of buffers together
 (default: an eighth of the device's memory; a graph that alone needs more is never made).
-Loops longer than MAX_STEPS steps run eagerly. Everything else (CPU tensors, a stream that is
+Loops longer than MAX_STEPS steps run eagerly, and so does a loop whose capture failed (a
+warning says so, once for its key). Everything else (CPU tensors, a stream that is
 itself being captured, RNNLENS_CUDA_GRAPHS=0 or `set_enabled(False)`) runs `fn` directly.
 """
 from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections import OrderedDict
 from typing import Callable
 
@@ -41,6 +43,7 @@ _enabled = os.environ.get("RNNLENS_CUDA_GRAPHS", "1") not in ("0", "false", "no"
 _cache: OrderedDict = OrderedDict()     # key -> _Graph, least recently used first
 _seen: dict = {}                        # key -> calls so far, for keys without a graph
 _streams: dict = {}                     # device -> the stream graphs are captured on
+_refused: set = set()                   # keys whose capture failed: they run eagerly from then on
 _lock = threading.RLock()
 
 
@@ -67,6 +70,7 @@ def clear() -> None:
     with _lock:
         _cache.clear()
         _seen.clear()
+        _refused.clear()
 
 
 def applies(t: torch.Tensor, steps: int) -> bool:
@@ -128,7 +132,7 @@ def run(name: str, fn: Callable, *inputs: torch.Tensor | None) -> tuple:
             for k in list(_seen)[: len(_seen) // 2]:
                 _seen.pop(k, None)
         out = tuple(fn(*inputs))                               # this call's result, eagerly
-        if calls < SEEN_BEFORE_CAPTURE:
+        if calls < SEEN_BEFORE_CAPTURE or key in _refused:
             return out
         limit = _max_bytes(device)
         need = sum(t.numel() * t.element_size() for t in (*inputs, *out) if t is not None)
@@ -138,7 +142,13 @@ def run(name: str, fn: Callable, *inputs: torch.Tensor | None) -> tuple:
         stream = _streams.get(device)
         if stream is None:
             stream = _streams[device] = torch.cuda.Stream(device)
-        kept = _cache[key] = _capture(fn, inputs, stream)
+        try:
+            kept = _cache[key] = _capture(fn, inputs, stream)
+        except Exception as e:          # a loop that cannot be captured still runs, eagerly
+            _refused.add(key)
+            warnings.warn(f"rnnlens: no CUDA graph for {name} ({type(e).__name__}: {e}); it runs "
+                          "step by step", RuntimeWarning, stacklevel=2)
+            return out
         while len(_cache) > MAX_GRAPHS or sum(g.nbytes for g in _cache.values()) > limit:
             _cache.popitem(last=False)
         return out

@@ -210,4 +210,20 @@ def test_the_cache_policy_without_a_gpu(monkeypatch):
     for seed in range(3):
         check(9, seed)
     assert not graphs._cache                                   # over the byte limit alone: never kept
+    monkeypatch.setattr(graphs, "_max_bytes", lambda device: 10 ** 9)
+
+    def refuse(fn, inputs, stream):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(graphs, "_capture", refuse)
+    graphs.clear()
+    check(4, 0)
+    with pytest.warns(RuntimeWarning, match="no CUDA graph for f"):
+        check(4, 1)                                            # the capture fails: a warning, eager
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                         # once for the key: no capture again
+        for seed in range(2, 5):
+            check(4, seed)
+    assert not graphs._cache
     graphs.clear()
