@@ -5,7 +5,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from ..argtypes import SEED, SIZE, THREADS
+from ..argtypes import POSITIVE, SEED, SIZE, THREADS
 from ..errors import RnnlensError
 from . import default_configs_dir, get_table, load_tables
 from .pipelines import BASELINES, run_table
@@ -93,7 +93,7 @@ def cmd_repro(args) -> int:
         raise RnnlensError(f"--results {results} is not a folder")
     ctx = Context(out=out, budget=args.budget, seeds=args.seeds, seed0=args.seed, data_dir=data_dir,
                   configs=configs, threads=args.threads, device=args.device, progress=not args.quiet,
-                  tiny=args.tiny, results=results, command=_command_text(args))
+                  tiny=args.tiny, results=results, command=_command_text(args), time_limit=args.time_limit)
     from ..outfiles import writing
     from .render import markdown, to_html, to_json
 
@@ -155,6 +155,8 @@ def _command_text(args) -> str:
         parts += ["--threads", str(args.threads)]
     if args.device != "cpu":
         parts += ["--device", args.device]
+    if args.time_limit:
+        parts += ["--time-limit", f"{args.time_limit:g}"]
     for r in args.rows or []:
         parts += ["--rows", r]
     if args.tiny:
@@ -199,6 +201,10 @@ def add_parser(sub) -> None:
     rp.add_argument("--configs", help="the configs/ folder (default: the checkout's)")
     rp.add_argument("--threads", type=THREADS, default=None)
     rp.add_argument("--device", default="cpu")
+    rp.add_argument("--time-limit", type=POSITIVE, default=None, metavar="SECONDS",
+                    help="each run starts no epoch it would not finish within SECONDS of wall time; a run "
+                    "stopped so is labelled time-limited (never counted as reproduced) and is trained again "
+                    "by a later repro without --time-limit")
     rp.add_argument("--rows", action="append", metavar="TEXT",
                     help="run only the rows whose label contains TEXT (repeat for several; =TEXT: the row "
                     "labelled TEXT exactly, not the rows whose labels contain it); the table's other rows are kept "

@@ -123,6 +123,11 @@ def write_run(results: Path, run_dir: Path, *, config_file: str, cfg: dict, seed
     """results/runs/<run>/ for the trained run folder run_dir (its metrics.jsonl is copied).
     overrides: what the run changed from its config file ({section: {key: value}})."""
     folder = results / RUNS / run_dir.name
+    if device.startswith("cuda"):         # which GPU: the figures of a run depend on it
+        import torch
+
+        if torch.cuda.is_available():
+            device = f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
     rec = {"run": run_dir.name, "config_file": config_file, "seed": seed, "budget": budget,
            "seconds": round(float(seconds), 1), "threads": threads, "device": device, "command": command,
            "recorded": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", **environment(),

@@ -32,13 +32,15 @@ row read, and `results/runs/RUN/` each run's record (resolved config, command, v
 commit, device, threads, seed, budget, wall time, test metrics) and its `metrics.jsonl`.
 
 - Budgets: `full` is the paper's setting (each config as written); `quick` caps epochs and
-  examples (the config's `budgets.quick`) so that a run takes minutes on a CPU. Every row
-  names its budget, and a quick-budget row is never counted as reproduced.
+  examples (the config's `budgets.quick`) so that a run takes minutes on a CPU;
+  `time-limited` is the paper's setting stopped by a wall-clock limit (`--time-limit`, a GPU
+  lease's minutes) before its last epoch, the epochs it finished named. Every row names its
+  budget, and neither a quick nor a time-limited row is ever counted as reproduced.
 - Verdicts, from each table's tolerance (accuracy and F1: within 1.5 points of the paper;
   perplexity: within 10%; a paper's own criterion where it states one): **reproduced** (full
-  budget, within), **within (quick)** (a quick budget that lands within), **missed** (worse by
-  more than the tolerance), **above the paper** (better by more than the tolerance: flagged
-  for a look, not passed), and orderings the paper states, checked on our own numbers.
+  budget, within), **within (quick)** and **within (time-limited)** (a shorter budget that
+  lands within), **missed** (worse by more than the tolerance), **above the paper** (better
+  by more than the tolerance: flagged for a look, not passed), and orderings the paper states, checked on our own numbers.
 - An **ablation** row changes one thing of the paper's setting on purpose (its note says
   what: without the paper's spectral normalisation, without its pre-trained vectors, ...). It
   is shown beside the paper's number with where it lands, and counted apart: it is not the
@@ -298,8 +300,11 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
         if v in OUTSIDE and causes.get(res.row.label):
             named += not ablation
             note = f"**why:** {causes[res.row.label]}" + (f"; {note}" if note else "")
+        shown = (ABLATION if ablation else VERDICT)[v]
+        if v == "within-quick" and bname == "time-limited":
+            shown = shown.replace("(quick)", "(time-limited)")
         cells = [line["label"], line["dataset"], format_value(line["paper"], line["digits"]), format_ours(line),
-                 format_value(line["diff"], line["digits"]), (ABLATION if ablation else VERDICT)[v], budget,
+                 format_value(line["diff"], line["digits"]), shown, budget,
                  line["data"], runs, note]
         out.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
     for what, ours, ok in ordering_checks(table, results):
@@ -343,7 +348,7 @@ def render(results_dir: Path, figures: str | None = "results/figures", configs: 
            "A line outside its tolerance (missed, or above the paper) says why in its note where the cause "
            "is known (results/notes/causes.json, citing the evidence); \"why named\" counts those. "
            "Ablation lines (the paper's setting with one thing changed on purpose) are counted apart.", "",
-           "| table | rows with results | reproduced | within (quick) | missed | above the paper | why named | ablations |",
+           "| table | rows with results | reproduced | within (quick or time-limited) | missed | above the paper | why named | ablations |",
            "|---|---|---|---|---|---|---|---|", *summary, ""]
     if stale:
         out += [f"{len(stale)} row{'s' if len(stale) > 1 else ''} ran under a config that has changed since "

@@ -40,6 +40,7 @@ class Context:
     results: Path | None = None      # where run and table records go (rnnlens.repro.records); None: nowhere
     command: str = ""                # the repro command line, as the records keep it
     table: str = ""                  # the id of the table being run (pipelines.run_table sets it)
+    time_limit: float | None = None  # wall-clock seconds per run (train.time_limit); such runs are "time-limited"
 
     def log(self, msg: str) -> None:
         if self.progress:
@@ -109,6 +110,8 @@ def row_config(ctx: Context, name: str):
         d["train"]["threads"] = ctx.threads
     if ctx.tiny:
         tiny_overrides(d)
+    if ctx.time_limit:
+        d["train"]["time_limit"] = ctx.time_limit
     return Config.from_dict(d)
 
 
@@ -230,6 +233,8 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
         info = _read_json(path / "repro.json") or {}
         if not changed and info.get("init_sha256") != start:
             changed = [f"train.init_from: {init_from} holds other weights than those it started from"]
+        if not changed and not ctx.reuse_only and ctx.time_limit is None and time_limited(path) is not None:
+            changed = ["its training was stopped by a time limit"]
         if not changed:
             ctx.log(f"reusing {path}")
             if need is not None and need not in test:
@@ -357,11 +362,33 @@ def _from_record(ctx: Context, cfg, name: str) -> Run | None:
     if rec is None or not isinstance(rec.get("config"), dict):
         return None
     changed = run_differences(rec["config"], records.portable_config(cfg.to_dict()))
+    folder = ctx.results / records.RUNS / name
+    if not changed and not ctx.reuse_only and ctx.time_limit is None and time_limited(folder) is not None:
+        changed = ["its training was stopped by a time limit"]
     if changed:
         ctx.log(f"the record of {name} has other settings ({'; '.join(changed[:3])}): not reused")
         return None
     ctx.log(f"reusing the record of {name} (results/{records.RUNS}/{name})")
-    return Run(rec["test"], cfg, ctx.results / records.RUNS / name, float(rec.get("seconds", 0.0)), from_record=True)
+    return Run(rec["test"], cfg, folder, float(rec.get("seconds", 0.0)), from_record=True)
+
+
+def time_limited(path: Path) -> dict | None:
+    """How a run's time limit (train.time_limit) stopped its training before its last epoch
+    ({"after_epoch": epochs finished, "time_limit": seconds, ...}), from its metrics.jsonl (a
+    run folder's or its record's); None for a run that was not stopped so (it ran its epochs,
+    or stopped early on its dev score)."""
+    try:
+        lines = (path / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("stopped") == "time_limit":
+            return rec
+    return None
 
 
 def _read_json(p: Path):
@@ -435,6 +462,7 @@ def per_seed(ctx: Context, row: Row, fn, weights: bool = True, need: str | None 
         res.search = {"best": best.index, "trials": [{"trial": t.index, "run": t.run, "dev": t.dev,
                                                       "overrides": t.overrides} for t in trials]}
         res.note = summary(table, best, trials)
+    limited = []                          # epochs finished by each time-limited seed
     for s in range(ctx.seeds):
         start = None
         if row.extra.get("init_from"):        # a second phase: first the run it starts from
@@ -447,6 +475,15 @@ def per_seed(ctx: Context, row: Row, fn, weights: bool = True, need: str | None 
         res.runs[str(run.path)] = round(run.seconds, 1)
         res.budget = budget_text(run.cfg)
         res.data_used = data_used_text(run.cfg)
+        done = time_limited(run.path)
+        if done is not None:         # the paper's settings, cut short: never a reproduction
+            res.budget_name = "time-limited"
+            limited.append(done)
+    if limited:
+        secs = sorted({f"{float(d.get('time_limit') or 0):g}" for d in limited})
+        res.budget = (f"stopped by a {'/'.join(secs)} s time limit after "
+                      f"{'/'.join(str(d.get('after_epoch')) for d in limited)} of {run.cfg.train.epochs} epochs; "
+                      + res.budget)
     return res
 
 

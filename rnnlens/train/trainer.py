@@ -431,7 +431,8 @@ class Trainer:
                 spent = d.all_sum([spent if d.is_main else 0.0])[0]     # rank 0's clock decides for all
                 # stop when the next epoch, at the mean pace so far, would end past the limit
                 if spent + spent / epoch > limit:
-                    self._log({"stopped": "time_limit", "after_epoch": epoch, "seconds_spent": round(spent, 3)})
+                    self._log({"stopped": "time_limit", "after_epoch": epoch, "seconds_spent": round(spent, 3),
+                               "time_limit": limit})
                     if self.progress:
                         print(f"stopping after epoch {epoch}: time limit {limit:g} s", flush=True)
                     stop = True

@@ -107,6 +107,42 @@ def test_tiny_writes_no_records_unless_asked(tmp_path, monkeypatch):
             if (results / "runs").is_dir() else True
 
 
+def _stop_by_time(folder, epochs=1, limit=5.0):
+    """Make the run in `folder` look stopped by its time limit (the trainer's metrics line)."""
+    with open(folder / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps({"stopped": "time_limit", "after_epoch": epochs, "seconds_spent": 4.0,
+                            "time_limit": limit}) + "\n")
+
+
+def test_a_time_limited_run_is_labelled_and_not_reused_as_a_full_one(tmp_path, capsys):
+    """A run its time limit stopped: its row says so (budget "time-limited", the epochs it
+    finished), a repro with --time-limit reuses it, one without trains it again."""
+    _repro(tmp_path)
+    name = "dyck-turn3-tiny-seed0"
+    for folder in (tmp_path / "out" / "runs" / name, tmp_path / "results" / "runs" / name):
+        _stop_by_time(folder)
+    capsys.readouterr()
+
+    def repro(out, *extra):
+        assert main(["repro", "urn-dyck", "--rows", ROW, "--tiny", "--out", str(tmp_path / out), "--threads", "1",
+                     "--results", str(tmp_path / "results"), *extra]) == 0
+        return capsys.readouterr().err
+
+    err = repro("out", "--time-limit", "5")
+    assert f"reusing {tmp_path / 'out' / 'runs' / name}" in err and "training" not in err
+    row = next(r for r in read_tables(tmp_path / "results")["urn-dyck"]["rows"] if r["label"].startswith(ROW))
+    assert row["budget_name"] == "time-limited"
+    assert row["budget"].startswith("stopped by a 5 s time limit after 1 of 1 epochs; ")
+    assert "--time-limit 5" in read_tables(tmp_path / "results")["urn-dyck"]["command"]
+    err = repro("other")                # no run in this folder: the record would stand in, but not this one
+    assert "stopped by a time limit" in err and "training" in err
+    row = next(r for r in read_tables(tmp_path / "results")["urn-dyck"]["rows"] if r["label"].startswith(ROW))
+    assert row["budget_name"] == "tiny" and not row["budget"].startswith("stopped")
+    _stop_by_time(tmp_path / "out" / "runs" / name)
+    err = repro("out")                  # the run folder itself, stopped so: trained again too
+    assert "stopped by a time limit" in err and "training" in err
+
+
 def _record(rows):
     return {"table": "t", "command": "rnnlens repro t --budget full", "rows": rows}
 
@@ -126,6 +162,9 @@ def test_verdicts_quick_is_never_reproduced_and_far_above_is_flagged(tmp_path):
     assert "| A |" in text and "reproduced" in text and "within (quick)" in text and "above the paper" in text
     assert "full: 15 epochs max" in text and "quick: 15 epochs max" in text
     assert "`r1` (no record)" in text                  # a row naming a run without its record says so
+    rec = _record([_row("A", [84.0], "time-limited"), _row("B", [80.0], "time-limited")])
+    text, verdicts, _ = table_markdown(t, rec, tmp_path)
+    assert verdicts == ["within-quick", "missed"] and "within (time-limited)" in text
 
 
 def test_orderings_are_checked(tmp_path):

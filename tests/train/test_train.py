@@ -105,7 +105,7 @@ def test_time_limit_stops_between_epochs_and_keeps_the_best(tmp_path):
     trainer = Trainer(model, cfg.train, metrics_path=tmp_path / "m.jsonl", progress=False)
     hist = trainer.fit(train, dev)
     assert [r.get("epoch") for r in hist] == [1, None]
-    assert hist[-1]["stopped"] == "time_limit" and hist[-1]["after_epoch"] == 1
+    assert hist[-1]["stopped"] == "time_limit" and hist[-1]["after_epoch"] == 1 and hist[-1]["time_limit"] == 1e-9
     assert trainer.best_epoch == 1
     with pytest.raises(RnnlensError, match="time_limit"):
         Config.from_dict({"train": {"time_limit": 0}})
