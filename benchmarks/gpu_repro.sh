@@ -42,7 +42,7 @@ pids=()
 while IFS=$'\t' read -r table row; do
   [ -z "$table" ] && continue
   mkdir -p "$work/logs"
-  timeout $((LIMIT + 150)) python3 -m rnnlens repro "$table" --budget full --rows "=$row" "${mode[@]}" \
+  timeout $((LIMIT + 100)) python3 -m rnnlens repro "$table" --budget full --rows "=$row" "${mode[@]}" \
     --threads 1 --time-limit "$LIMIT" --data-dir "$DATA" --out "repro-gpu/o$i" --results "repro-gpu/rec$i" \
     --quiet > "$work/logs/$i.txt" 2>&1 &
   pids+=($!)
