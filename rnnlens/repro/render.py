@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from datetime import datetime, timezone
 
 from . import Table
@@ -42,9 +43,15 @@ def lines_of(table: Table, results: list[RowResult]) -> list[dict]:
         if not dict_valued:
             mean, std = mean_std(r.values)
             paper = row.paper if isinstance(row.paper, (int, float)) else None
-            out.append({**base, "paper": paper, "mean": mean, "std": std, "n": len(r.values),
-                        "diff": _diff(mean, paper),
-                        "ok": within(table, row, paper, mean, ref)})
+            line = {**base, "paper": paper, "mean": mean, "std": std, "n": len(r.values),
+                    "diff": _diff(mean, paper), "ok": within(table, row, paper, mean, ref)}
+            lost = [v for v in r.values if isinstance(v, float) and not math.isfinite(v)]
+            if r.values and len(lost) == len(r.values):     # every seed's metric is nan or inf: it diverged
+                line.update(ok=False if paper is not None else None,
+                            ours_text=f"diverged ({', '.join(sorted({str(v) for v in lost}))})")
+            elif lost:                                      # the mean is of the seeds that did not
+                line["lost"] = len(lost)
+            out.append(line)
             out += _check_lines(base, r)
             continue
         keys = list(row.paper) if isinstance(row.paper, dict) else []
@@ -80,6 +87,8 @@ def format_ours(line) -> str:
     s = format_value(line["mean"], line["digits"])
     if line["std"] is not None:
         s += f" ± {format_value(line['std'], line['digits'])}"
+    if line.get("lost"):
+        return s + f" (n={line['n'] - line['lost']}; {line['lost']} of {line['n']} diverged)"
     return s + (f" (n={line['n']})" if line["n"] > 1 else "")
 
 

@@ -314,7 +314,10 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
         why = causes.get(f"ordering: {what}") if v in OUTSIDE else None
         named += bool(why)
         note = f"**why:** {why}; the paper's ordering" if why else "the paper's ordering"
-        out.append(f"| ordering: {what} | | | {ours} | | {VERDICT[v]} | | | | {note} |")
+        shown = VERDICT[v]
+        if v == "within-quick" and any(budget_of.get(x) == "time-limited" for x in what.split(" < ")):
+            shown = shown.replace("(quick)", "(time-limited)")
+        out.append(f"| ordering: {what} | | | {ours} | | {shown} | | | | {note} |")
     note = results_dir / "notes" / f"{table.id}.md"
     if note.is_file():
         out += ["", note.read_text(encoding="utf-8").strip()]

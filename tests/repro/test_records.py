@@ -162,6 +162,10 @@ def test_verdicts_quick_is_never_reproduced_and_far_above_is_flagged(tmp_path):
     assert "| A |" in text and "reproduced" in text and "within (quick)" in text and "above the paper" in text
     assert "full: 15 epochs max" in text and "quick: 15 epochs max" in text
     assert "`r1` (no record)" in text                  # a row naming a run without its record says so
+    rec = _record([_row("A", [float("nan")]), _row("B", [84.0, float("nan")])])
+    text, verdicts, _ = table_markdown(t, rec, tmp_path)
+    assert verdicts == ["missed", "reproduced"] and "| A |  | 85.00 | diverged (nan) |" in text
+    assert "| 84.00 (n=1; 1 of 2 diverged) |" in text
     rec = _record([_row("A", [84.0], "time-limited"), _row("B", [80.0], "time-limited")])
     text, verdicts, _ = table_markdown(t, rec, tmp_path)
     assert verdicts == ["within-quick", "missed"] and "within (time-limited)" in text
@@ -427,7 +431,7 @@ def test_every_trained_rows_number_is_its_runs_record():
             if row["status"] != "ok" or not row["runs"] or row["label"] not in rows:
                 continue
             got = [metric_value(table, rows[row["label"]], read_run(results, n)["test"]) for n in row["runs"]]
-            assert got == pytest.approx(row["values"], rel=1e-9), (tid, row["label"])
+            assert got == pytest.approx(row["values"], rel=1e-9, nan_ok=True), (tid, row["label"])
 
 
 def test_a_run_replaced_under_its_name_warns_of_the_tables_still_citing_it(tmp_path, capsys):
