@@ -136,6 +136,8 @@ class ModelConfig:
     freeze_embeddings: bool = False
     embedding_norm: float | None = None   # every word's vector rescaled to this length at the start (unit: 1.0)
     tie_weights: bool = False         # lm: output layer shares the input embedding
+    carry_state: bool = True          # lm over a stream: each BPTT segment starts from the last one's state;
+                                      # false: from the cell's own start (the implicit-ngrams authors' modules)
     adaptive_softmax: list[int] | None = None   # lm: cutoffs, e.g. [2000, 10000]
     heads: int = 4                    # transformer: attention heads
     clamp: float | None = None        # n-gram cells: bound states to (-clamp, clamp) (sequence-level A.4)
@@ -315,6 +317,9 @@ class Config:
                              dcfg.corpus if dcfg.corpus in OWN_CORPUS_TASKS else None)
         need(task == "lm" or not (m.tie_weights or m.adaptive_softmax),
              "model.tie_weights and model.adaptive_softmax are for language models (the lm task)")
+        need(m.carry_state or (task == "lm" and not dcfg.sentence_level),
+             "model.carry_state: false is for language models over a stream (a sentence-level one and every "
+             "other task start each batch afresh already)")
         leak = future_leak(m) if task in NEXT_TOKEN_TASKS else None
         need(leak is None, f"the {task} task predicts each symbol from the ones before it; {leak}")
         need(m.pooling in POOLINGS, f"model.pooling {m.pooling!r} is not one of {', '.join(POOLINGS)}")

@@ -88,7 +88,8 @@ class RNNModel(nn.Module):
     """tokens[B,T] -> encoder -> states[B,T,D] -> head.
 
     For language modelling the encoder state is carried from one batch to the next (truncated
-    BPTT over consecutive segments); `reset_state()` starts a new stream. A sentence-level
+    BPTT over consecutive segments; model.carry_state: false starts every segment afresh);
+    `reset_state()` starts a new stream. A sentence-level
     language model (`sentence_level`, and every memory network) starts each batch from zero.
     `linear_view(batch)` and `states(batch)` expose what the decomposition needs; both run
     without dropout. A memory network (cfg.memory) also gives `attention(batch)` and
@@ -104,7 +105,7 @@ class RNNModel(nn.Module):
         self.encoder = build_encoder(cfg, vocab_size)
         self.head = build_head(cfg, task, self.encoder, labels, vocab_size)
         init_weights(self, cfg)
-        self.carries_state = task == "lm" and not sentence_level and cfg.memory is None
+        self.carries_state = task == "lm" and not sentence_level and cfg.memory is None and cfg.carry_state
         self._carry = None
 
     @property

@@ -11,6 +11,7 @@ from rnnlens.data.vocab import Vocab
 from rnnlens.encoder import reverse_padded
 from rnnlens.errors import RnnlensError
 from rnnlens.models import RNNModel
+from rnnlens.cells import CELLS
 from rnnlens.config import Config, ModelConfig
 from rnnlens.train.trainer import Trainer
 
@@ -80,6 +81,37 @@ def test_bptt_iterator_and_state_carry_over():
     model.reset_state()
     again = model.encode(segs[1])
     assert max_diff(again, whole[:, 7:14]) > 1e-6     # without the carry the states differ
+
+
+@pytest.mark.parametrize("name", list(CELLS))
+def test_carry_state_false_starts_every_segment_afresh(name):
+    """model.carry_state: false (the implicit-ngrams authors' language models): a segment
+    after another gives exactly what it gives alone, for every registered cell; with the
+    default (carried) it depends on the segment before."""
+    it = BPTTIterator(list(range(2, 2 + 103)), batch_size=4, bptt=7)
+    segs = list(it)
+    outs = {}
+    for carry in (True, False):
+        cfg = Config.from_dict({"data": {"corpus": "ptb"}, "model": {"cell": name, "embedding_dim": 5, "hidden_size": 4,
+                                                                      "carry_state": carry}}).model
+        torch.manual_seed(0)
+        model = RNNModel(cfg, 200, "lm").double().eval()
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "bias" in n:
+                    p.uniform_(-0.5, 0.5)
+            model.encode(segs[0])
+            after = model.encode(segs[1])
+            model.reset_state()
+            outs[carry] = (after, model.encode(segs[1]))
+    assert max_diff(*outs[False]) == 0
+    if name != "transformer":                     # attention over its own segment only: nothing to carry
+        assert max_diff(*outs[True]) > 1e-9
+
+
+def test_carry_state_false_is_for_stream_language_models():
+    with pytest.raises(RnnlensError, match="carry_state"):
+        Config.from_dict({"data": {"corpus": "sst2"}, "model": {"carry_state": False}})
 
 
 TASKS = {
