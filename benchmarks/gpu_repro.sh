@@ -11,8 +11,11 @@
 # Usage, from the repository root on a machine with a GPU:
 #   OUT=/tmp/gpu-out bash benchmarks/gpu_repro.sh [SECONDS] [DATA_DIR] [ROWS_FILE]
 # SECONDS: each run's time limit (default 420); DATA_DIR: the datasets (default ../shared/data);
-# ROWS_FILE: lines "TABLE<TAB>ROW LABEL" (default: the list below). TINY=1 runs each row on a
-# tiny slice on the CPU instead (a dry run of this script).
+# ROWS_FILE: lines "TABLE<TAB>ROW LABEL" (default: the list below). JOBS: rows at once (default 4;
+# the rest wait for a free slot). On an H100, sixteen PTB rows at once kept the GPU busy and ran
+# only about 2.5x faster in all than one at a time, four at once about 2x
+# (benchmarks/cuda/lm-pace.txt). TINY=1 runs each row on a tiny slice on the CPU instead (a dry
+# run of this script).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
 LIMIT=${1:-420}
@@ -42,6 +45,7 @@ pids=()
 while IFS=$'\t' read -r table row; do
   [ -z "$table" ] && continue
   mkdir -p "$work/logs"
+  while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-4}" ]; do sleep 2; done
   timeout $((LIMIT + 100)) python3 -m rnnlens repro "$table" --budget full --rows "=$row" "${mode[@]}" \
     --threads 1 --time-limit "$LIMIT" --data-dir "$DATA" --out "repro-gpu/o$i" --results "repro-gpu/rec$i" \
     --quiet > "$work/logs/$i.txt" 2>&1 &
