@@ -10,6 +10,8 @@
 # the records, trains nothing, and writes the table's rows.
 # Usage, from the repository root on a machine with a GPU:
 #   OUT=/tmp/gpu-out bash benchmarks/gpu_repro.sh [SECONDS] [DATA_DIR] [ROWS_FILE]
+# Set RNNLENS_COMMIT to the commit of the tree sent there when its .git may not match it: the
+# records keep it (rnnlens.repro.records.commit).
 # SECONDS: each run's time limit (default 420); DATA_DIR: the datasets (default ../shared/data);
 # ROWS_FILE: lines "TABLE<TAB>ROW LABEL" (default: the list below). JOBS: rows at once (default 4;
 # the rest wait for a free slot). On an H100, sixteen PTB rows at once kept the GPU busy and ran

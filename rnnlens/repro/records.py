@@ -56,7 +56,11 @@ def portable_command(argv: list[str]) -> str:
 
 
 def commit() -> str | None:
-    """The checkout's commit (with "+changes" when its tracked files differ), or None."""
+    """The checkout's commit (with "+changes" when its tracked files differ), or None; the
+    environment's RNNLENS_COMMIT where it is set (a copy of the tree whose .git does not
+    match its files, as on a machine the tree was sent to)."""
+    if os.environ.get("RNNLENS_COMMIT"):
+        return os.environ["RNNLENS_COMMIT"]
     if not (REPO / ".git").exists():
         return None
     try:

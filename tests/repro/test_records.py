@@ -350,6 +350,15 @@ def test_render_is_deterministic_and_reads_only_records(tmp_path):
     assert (tmp_path / "R.md").read_text() == a
 
 
+def test_the_commit_a_record_keeps_can_be_named(monkeypatch):
+    from rnnlens.repro.records import commit
+
+    monkeypatch.setenv("RNNLENS_COMMIT", "abc123def456")
+    assert commit() == "abc123def456"
+    monkeypatch.delenv("RNNLENS_COMMIT")
+    assert commit() != "abc123def456"
+
+
 def test_portable_paths():
     assert portable("../shared/data") == "../shared/data"
     assert not portable(str(REPO / "configs" / "x.json")).startswith("/")
