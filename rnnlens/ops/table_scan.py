@@ -14,7 +14,9 @@ each row of the batch its own recurrence in parallel, so a step costs its multip
 rather than a dozen tensor operations' dispatch (a URN's Dyck training pass, n = 50, batch
 32 x 35, on 2 threads: 6.8-7.0 ms with the PyTorch loop, 5.8-6.1 ms with this one);
 `FUSED = False` or RNNLENS_CPP=0 keeps the PyTorch loop, which
-the tests compare with it. The table's gradient, sum over positions of a_t p_t^T into each
+the tests compare with it; on a GPU that loop, forward and backward, is replayed as a CUDA
+graph per input shape (rnnlens.ops.graphs: a step is a handful of small kernels, so launching
+them one by one is most of its time). The table's gradient, sum over positions of a_t p_t^T into each
 word's row, is one [U*n, K] x [K, n] product where the table has at most n words and no
 matrix mask (the URN's Dyck batches: 11), and outer products added a block at a time
 otherwise. `table_scan_ref` is the plain loop with autograd through every step, the reference
@@ -26,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import cpp
+from . import cpp, graphs
 from .precision import no_autocast_backward
 
 FUSED = True                   # the C++ loop where it applies (see the module docstring)
@@ -68,11 +70,39 @@ def _optional(table, d, M, mask):
             table.new_empty(0, dtype=torch.bool) if mask is None else mask.bool())
 
 
+def _steps(idx, table, start, d, M, h0, mask):
+    """The forward loop (PyTorch operations only, no host reads: ops.graphs may replay it as a
+    CUDA graph) -> (H, P), the states and the vectors p_t the matrices multiplied."""
+    B, T = idx.shape
+    n = table.shape[-1]
+    H, P = h0.new_empty(B, T, n), h0.new_empty(B, T, n)
+    h = h0
+    for t in range(T):
+        p = h * d if d is not None else h.clone()
+        p[:, 0] += start[:, t]
+        P[:, t] = p
+        new = torch.bmm(p[:, None, :], _matrices(table, idx[:, t], M).transpose(1, 2))[:, 0]   # A p, as a row
+        h = new if mask is None else torch.where(mask[:, t, None], new, h)
+        H[:, t] = h
+    return H, P
+
+
+def _reverse(gH, idx, table, d, M, mask):
+    """The backward loop (as _steps, graph-safe) -> (a, the gradient reaching each A_t p_t;
+    gstart, start's gradient; gh, h0's)."""
+    B, T, n = gH.shape
+    a = gH.new_zeros(B, T, n)
+    gstart = gH.new_zeros(B, T)
+    gh = gH.new_zeros(B, n)
+    for t in range(T - 1, -1, -1):
+        a[:, t], gh = back_step(gh, gH[:, t], None if mask is None else mask[:, t, None],
+                                _matrices(table, idx[:, t], M), d, gstart[:, t])
+    return a, gstart, gh
+
+
 class _TableScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, table, idx, start, d, M, h0, mask):
-        B, T = idx.shape
-        n = table.shape[-1]
         if _fused(table) and all(x is None or x.dtype == table.dtype for x in (start, d, M, h0)):
             ctx.fused = True
             d_, M_, mask_ = _optional(table, d, M, mask)
@@ -80,15 +110,7 @@ class _TableScan(torch.autograd.Function):
             ctx.save_for_backward(table, idx, d, M, mask, P)
             return H
         ctx.fused = False
-        H, P = h0.new_empty(B, T, n), h0.new_empty(B, T, n)
-        h = h0
-        for t in range(T):
-            p = h * d if d is not None else h.clone()
-            p[:, 0] += start[:, t]
-            P[:, t] = p
-            new = torch.bmm(p[:, None, :], _matrices(table, idx[:, t], M).transpose(1, 2))[:, 0]   # A p, as a row
-            h = new if mask is None else torch.where(mask[:, t, None], new, h)
-            H[:, t] = h
+        H, P = graphs.run("table_forward", _steps, idx, table, start, d, M, h0, mask)
         ctx.save_for_backward(table, idx, d, M, mask, P)
         return H
 
@@ -104,12 +126,8 @@ class _TableScan(torch.autograd.Function):
                 gH.to(table.dtype), table, idx.long(), *_optional(table, d, M, mask), bool(need_start))
             gstart = gstart if need_start else None
         else:
-            a = gH.new_zeros(B, T, n)                 # the gradient reaching A_t p_t
-            gstart = gH.new_zeros(B, T) if need_start else None
-            gh = gH.new_zeros(B, n)
-            for t in range(T - 1, -1, -1):
-                a[:, t], gh = back_step(gh, gH[:, t], None if mask is None else mask[:, t, None],
-                                        _matrices(table, idx[:, t], M), d, gstart[:, t] if need_start else None)
+            a, gstart, gh = graphs.run("table_backward", _reverse, gH.contiguous(), idx, table, d, M, mask)
+            gstart = gstart if need_start else None
         gtable = None
         if need_table and M is None and table.shape[0] <= n:
             # a small table: sum_k a_k p_k^T into word idx_k's row as one product, a_k spread

@@ -10,6 +10,7 @@ from tests.support import E, make, max_diff
 from rnnlens.cells import CELLS
 from rnnlens.ops import graphs
 from rnnlens.ops.affine import lstm_scan, structured_scan
+from rnnlens.ops.table_scan import table_scan
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -72,7 +73,7 @@ def _run(fn, args):
 
 
 @cuda
-@pytest.mark.parametrize("kind", ["structured", "lstm", "lstm-no-f"])
+@pytest.mark.parametrize("kind", ["structured", "lstm", "lstm-no-f", "table"])
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_graphed_scans_equal_their_eager_loops(kind, with_mask, monkeypatch):
     """Forward and backward loops replayed (captured at a key's first call here) against the
@@ -86,6 +87,12 @@ def test_graphed_scans_equal_their_eager_loops(kind, with_mask, monkeypatch):
         if kind == "structured":
             fn = structured_scan
             args = (r(B, T, H), r(3 * H, H, scale=0.2), r(B, T, 3 * H), r(B, T, H), r(B, H), mask)
+        elif kind == "table":               # the URN's scan: 5 words' matrices, dropout on h and on A
+            fn = table_scan
+            idx = torch.randint(0, 5, (B, T), generator=torch.Generator().manual_seed(T)).cuda()
+            d = (torch.rand(B, H, device="cuda") > 0.3).float() / 0.7
+            M = (torch.rand(B, H, H, device="cuda") > 0.2).float() / 0.8
+            args = (r(5, H, H, scale=0.2), idx, r(B, T), d, M, r(B, H), mask)
         else:
             K = 4 if kind == "lstm" else 3
             fn = lstm_scan
