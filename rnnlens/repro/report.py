@@ -60,6 +60,11 @@ ABLATION = {"reproduced": "ablation: within", "within-quick": "ablation: within 
             "missed": "ablation: worse", "above": "ablation: better", "": ""}
 
 
+def _shown(text: str, limited: bool) -> str:
+    """A verdict's text, "(quick)" read as "(time-limited)" for a row whose runs were cut short."""
+    return text.replace("(quick)", "(time-limited)") if limited else text
+
+
 def _verdict(ok, budget_name: str) -> str:
     if ok is True:
         return "reproduced" if budget_name == "full" else "within-quick"
@@ -300,9 +305,7 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
         if v in OUTSIDE and causes.get(res.row.label):
             named += not ablation
             note = f"**why:** {causes[res.row.label]}" + (f"; {note}" if note else "")
-        shown = (ABLATION if ablation else VERDICT)[v]
-        if v == "within-quick" and bname == "time-limited":
-            shown = shown.replace("(quick)", "(time-limited)")
+        shown = _shown((ABLATION if ablation else VERDICT)[v], bname == "time-limited")
         cells = [line["label"], line["dataset"], format_value(line["paper"], line["digits"]), format_ours(line),
                  format_value(line["diff"], line["digits"]), shown, budget,
                  line["data"], runs, note]
@@ -314,9 +317,7 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
         why = causes.get(f"ordering: {what}") if v in OUTSIDE else None
         named += bool(why)
         note = f"**why:** {why}; the paper's ordering" if why else "the paper's ordering"
-        shown = VERDICT[v]
-        if v == "within-quick" and any(budget_of.get(x) == "time-limited" for x in what.split(" < ")):
-            shown = shown.replace("(quick)", "(time-limited)")
+        shown = _shown(VERDICT[v], any(budget_of.get(x) == "time-limited" for x in what.split(" < ")))
         out.append(f"| ordering: {what} | | | {ours} | | {shown} | | | | {note} |")
     note = results_dir / "notes" / f"{table.id}.md"
     if note.is_file():

@@ -233,8 +233,8 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
         info = _read_json(path / "repro.json") or {}
         if not changed and info.get("init_sha256") != start:
             changed = [f"train.init_from: {init_from} holds other weights than those it started from"]
-        if not changed and not ctx.reuse_only and ctx.time_limit is None and time_limited(path) is not None:
-            changed = ["its training was stopped by a time limit"]
+        if not changed:
+            changed = _cut_short(ctx, path)
         if not changed:
             ctx.log(f"reusing {path}")
             if need is not None and need not in test:
@@ -363,13 +363,21 @@ def _from_record(ctx: Context, cfg, name: str) -> Run | None:
         return None
     changed = run_differences(rec["config"], records.portable_config(cfg.to_dict()))
     folder = ctx.results / records.RUNS / name
-    if not changed and not ctx.reuse_only and ctx.time_limit is None and time_limited(folder) is not None:
-        changed = ["its training was stopped by a time limit"]
+    if not changed:
+        changed = _cut_short(ctx, folder)
     if changed:
         ctx.log(f"the record of {name} has other settings ({'; '.join(changed[:3])}): not reused")
         return None
     ctx.log(f"reusing the record of {name} (results/{records.RUNS}/{name})")
     return Run(rec["test"], cfg, folder, float(rec.get("seconds", 0.0)), from_record=True)
+
+
+def _cut_short(ctx: Context, path: Path) -> list[str]:
+    """Why the run in `path` (a run folder or its record) is not reused by this repro: a run its
+    time limit stopped stands in only for a repro with a time limit (or a row --rows left out)."""
+    if ctx.reuse_only or ctx.time_limit is not None or time_limited(path) is None:
+        return []
+    return ["its training was stopped by a time limit"]
 
 
 def time_limited(path: Path) -> dict | None:
