@@ -319,6 +319,10 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
         note = f"**why:** {why}; the paper's ordering" if why else "the paper's ordering"
         shown = _shown(VERDICT[v], any(budget_of.get(x) == "time-limited" for x in what.split(" < ")))
         out.append(f"| ordering: {what} | | | {ours} | | {shown} | | | | {note} |")
+    recorded = {r.row.label for r in results}
+    unrun = [row.label for row in table.rows if row.label not in recorded]
+    if unrun:
+        out += ["", f"Not run yet (no record): {'; '.join(unrun)}."]
     note = results_dir / "notes" / f"{table.id}.md"
     if note.is_file():
         out += ["", note.read_text(encoding="utf-8").strip()]

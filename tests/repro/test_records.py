@@ -162,6 +162,7 @@ def test_verdicts_quick_is_never_reproduced_and_far_above_is_flagged(tmp_path):
     assert "| A |" in text and "reproduced" in text and "within (quick)" in text and "above the paper" in text
     assert "full: 15 epochs max" in text and "quick: 15 epochs max" in text
     assert "`r1` (no record)" in text                  # a row naming a run without its record says so
+    assert "Not run yet" not in text
     rec = _record([_row("A", [float("nan")]), _row("B", [84.0, float("nan")])])
     text, verdicts, _ = table_markdown(t, rec, tmp_path)
     assert verdicts == ["missed", "reproduced"] and "| A |  | 85.00 | diverged (nan) |" in text
@@ -169,6 +170,7 @@ def test_verdicts_quick_is_never_reproduced_and_far_above_is_flagged(tmp_path):
     rec = _record([_row("A", [84.0], "time-limited"), _row("B", [80.0], "time-limited")])
     text, verdicts, _ = table_markdown(t, rec, tmp_path)
     assert verdicts == ["within-quick", "missed"] and "within (time-limited)" in text
+    assert "Not run yet (no record): C; D." in text      # the table's rows without a record are named
 
 
 def test_orderings_are_checked(tmp_path):
