@@ -13,7 +13,9 @@
 # Set RNNLENS_COMMIT to the commit of the tree sent there when its .git may not match it: the
 # records keep it (rnnlens.repro.records.commit).
 # SECONDS: each run's time limit (default 420); DATA_DIR: the datasets (default ../shared/data);
-# ROWS_FILE: lines "TABLE<TAB>ROW LABEL" (default: the list below). JOBS: rows at once (default 4;
+# ROWS_FILE: lines "TABLE<TAB>ROW LABEL[<TAB>SEED]" (default: the list below; a SEED runs that seed
+# alone, --seed SEED, so a row's seeds can run side by side, e.g. benchmarks/gpu_seeds.tsv, the
+# classification rows' second and third seeds). JOBS: rows at once (default 4;
 # the rest wait for a free slot). On an H100, sixteen PTB rows at once kept the GPU busy and ran
 # only about 2.5x faster in all than one at a time, four at once about 2x
 # (benchmarks/cuda/lm-pace.txt). TINY=1 runs each row on a tiny slice on the CPU instead (a dry
@@ -44,15 +46,18 @@ if [ "${TINY:-0}" = 1 ]; then mode=(--tiny --device cpu); else mode=(--device cu
   nproc; } > "$OUT/env.txt" 2>&1
 i=0
 pids=()
-while IFS=$'\t' read -r table row; do
+while IFS=$'\t' read -r table row seed; do
   [ -z "$table" ] && continue
+  case "$table" in \#*) continue ;; esac
+  seedarg=()
+  [ -n "${seed:-}" ] && seedarg=(--seed "$seed")
   mkdir -p "$work/logs"
   while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-4}" ]; do sleep 2; done
-  timeout $((LIMIT + 100)) python3 -m rnnlens repro "$table" --budget full --rows "=$row" "${mode[@]}" \
+  timeout $((LIMIT + 100)) python3 -m rnnlens repro "$table" --budget full --rows "=$row" "${seedarg[@]}" "${mode[@]}" \
     --threads 1 --time-limit "$LIMIT" --data-dir "$DATA" --out "repro-gpu/o$i" --results "repro-gpu/rec$i" \
     --quiet > "$work/logs/$i.txt" 2>&1 &
   pids+=($!)
-  echo "$i	$table	$row" >> "$work/logs/rows.txt"
+  echo "$i	$table	$row	${seed:-0}" >> "$work/logs/rows.txt"
   i=$((i + 1))
 done < "$ROWS"
 echo "started $i rows, time limit $LIMIT s each"
@@ -76,12 +81,15 @@ tar czf "$OUT/logs.tar.gz" -C "$work" logs
 for f in "$work"/logs/[0-9]*.txt; do
   n=$(basename "$f" .txt)
   row=$(grep -P "^$n\t" "$work/logs/rows.txt" | cut -f3)
-  echo "-- $row: $(grep -F "| $row |" "$f" | head -1) $(grep -iE "error|Traceback" "$f" | tail -2)"
+  seed=$(grep -P "^$n\t" "$work/logs/rows.txt" | cut -f4)
+  echo "-- $row (seed $seed): $(grep -F "| $row |" "$f" | head -1) $(grep -iE "error|Traceback" "$f" | tail -2)"
 done
 echo "to fold the records in, per table:"
 for table in $(cut -f2 "$work/logs/rows.txt" | sort -u); do
-  printf 'rnnlens repro %s --budget full %s --threads 1 --time-limit %s --data-dir %s --out repro-gpu/tables --quiet' \
-    "$table" "${mode[*]}" "$LIMIT" "$DATA"
-  grep -P "\t$table\t" "$work/logs/rows.txt" | cut -f3 | while read -r row; do printf ' --rows "=%s"' "$row"; done
+  seeds=$(grep -P "\t$table\t" "$work/logs/rows.txt" | cut -f4 | sort -n | tail -1)
+  seeds=$([ "$seeds" -gt 0 ] && echo " --seeds $((seeds + 1))")
+  printf 'rnnlens repro %s --budget full%s %s --threads 1 --time-limit %s --data-dir %s --out repro-gpu/tables --quiet' \
+    "$table" "$seeds" "${mode[*]}" "$LIMIT" "$DATA"
+  grep -P "\t$table\t" "$work/logs/rows.txt" | cut -f3 | sort -u | while read -r row; do printf ' --rows "=%s"' "$row"; done
   echo
 done

@@ -159,6 +159,8 @@ def tiny_overrides(d: dict) -> None:
     if data.get("corpus") in ("ptb", "wikitext2"):        # a small softmax over the whole dev text
         data["max_vocab"] = min(data.get("max_vocab") or 2000, 2000)
     model["hidden_size"] = min(model.get("hidden_size") or 8, 16)
+    if model.get("cell") == "transformer":               # its width must stay a multiple of its heads
+        model["heads"] = math.gcd(model.get("heads") or 1, model["hidden_size"])
     model["embeddings_file"], model["freeze_embeddings"] = None, False     # no word-vector file to make
     if model.get("cell") != "urn":
         model["embedding_dim"] = min(model.get("embedding_dim") or 8, 16)

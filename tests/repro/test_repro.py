@@ -365,3 +365,17 @@ def test_a_mean_equal_to_the_paper_differs_by_zero(tmp_path):
     res = [RowResult(row, values=[92.2, 92.6, 93.0], budget="full", budget_name="full")]
     md = markdown(_table({"abs": 1.5}, rows=[row]), res, Context(out=tmp_path, progress=False))
     assert "| 0.00 |" in md and "e-1" not in md
+
+
+@pytest.mark.parametrize("budget", ["quick", "full"])
+def test_every_config_resolves_under_the_tiny_slice(budget, tmp_path):
+    """--tiny shrinks every model; each config in configs/ still validates so (a transformer's
+    width stays a multiple of its heads), at each budget."""
+    from rnnlens.repro.run import row_config
+
+    ctx = Context(out=tmp_path, budget=budget, configs=REPO / "configs", tiny=True, progress=False)
+    names = sorted(p.name for p in (REPO / "configs").glob("*.json"))
+    assert any("transformer" in n for n in names)
+    for name in names:
+        cfg = row_config(ctx, name)
+        assert cfg.train.epochs == 1 and cfg.model.hidden_size <= 16, name
