@@ -133,6 +133,21 @@ def _remove_empty(folders: list[Path]) -> None:
             return
 
 
+def check_not_an_input(out: str | Path, inputs) -> None:
+    """Before any work, that the output folder `out` (which --force replaces whole) is none of
+    the paths the command reads (`inputs`: the model folder, data files; None and "-" are
+    skipped) and no folder above one: replacing it would delete what was read."""
+    target = Path(out).resolve()
+    for p in inputs:
+        if p is None or str(p) == "-":
+            continue
+        q = Path(p).resolve()
+        if q == target or target in q.parents:
+            what = "is" if q == target else "holds"
+            raise RnnlensError(f"output folder {out} {what} {p}, which this command reads; replacing it "
+                               "would delete it: choose another --out")
+
+
 def check_new_file(path: str | Path, force: bool) -> Path:
     """Before any work, that the file `path` can be written: not a folder, in a folder that
     exists, and (without force) not an existing regular file. A device or a pipe (/dev/null,

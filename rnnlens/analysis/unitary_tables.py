@@ -11,8 +11,8 @@ An item is a word or a phrase: one string, its words separated by spaces ("the k
 For formal-language models (dyck, crossserial), whose symbols are single characters, a
 piece that is not itself a vocabulary token is split into characters, so "()" is the
 phrase ( ) and "<s>" stays the start symbol. Other models tokenize the item with the
-model's own tokenizer. A phrase w_1 ... w_m is Q(w_m) ... Q(w_1) (phrase_embedding: the
-cell runs h_t = Q(x_t) h_{t-1}).
+model's own tokenizer, except a piece that is itself a vocabulary token ("<eos>"). A phrase
+w_1 ... w_m is Q(w_m) ... Q(w_1) (phrase_embedding: the cell runs h_t = Q(x_t) h_{t-1}).
 
 urn_tables returns a plain JSON-able dict; format_tables renders it as text.
 """
@@ -49,7 +49,11 @@ def item_tokens(item: str, vocab, task: str, tokenizer=None) -> list[str]:
         for piece in text.split():
             tokens.extend([piece] if piece in vocab else list(piece))
     else:
-        tokens = tokenizer(text) if tokenizer is not None else text.split()
+        # a piece that is itself a token of the vocabulary (<eos>, 's) is kept whole: the
+        # tokenizer would split it, and default_items lists such tokens as they are
+        tokens = []
+        for piece in text.split():
+            tokens.extend([piece] if piece in vocab or tokenizer is None else tokenizer(piece))
         if not tokens:
             raise RnnlensError(f"{item!r} has no words after tokenization")
     missing = list(dict.fromkeys(t for t in tokens if t not in vocab))

@@ -33,7 +33,9 @@ def read_adjectives(path):
         d = json.loads(Path(path).read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise RnnlensError(f"adjectives file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+    except OSError as e:
+        raise RnnlensError(f"cannot read adjectives file {path}: {e.strerror or e}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise RnnlensError(f"cannot read adjectives file {path}: {e}") from None
     adj = Adjectives.from_dict(d, where=str(path))
     if not adj.positive and not adj.negative:
@@ -86,8 +88,9 @@ def _load_checked(path, data_dir) -> tuple:
 class _AdjectiveSets:
     """One adjective set per distinct training corpus (or the given one), extracted on first use."""
 
-    def __init__(self, given, given_path, ratio: float, min_count: int, lexicon_threshold: float):
-        self.given, self.given_path = given, given_path
+    def __init__(self, given, given_path, ratio: float, min_count: int, lexicon_threshold: float,
+                 progress: bool = True):
+        self.given, self.given_path, self.progress = given, given_path, progress
         self.options = {"ratio": ratio, "min_count": min_count, "lexicon_threshold": lexicon_threshold}
         self.lexicon = None
         self.sets: dict[str, dict] = {}
@@ -108,8 +111,9 @@ class _AdjectiveSets:
         from ..analysis.negation import extract_adjectives, load_lexicon
 
         self.lexicon = self.lexicon if self.lexicon is not None else load_lexicon()
-        print(f"negation: extracting adjectives from the {cfg.data.corpus} training split "
-              f"({len(examples):,} instances)", file=sys.stderr)
+        if self.progress:
+            print(f"negation: extracting adjectives from the {cfg.data.corpus} training split "
+                  f"({len(examples):,} instances)", file=sys.stderr)
         adj = extract_adjectives(examples, sides.is_positive, sides.is_negative, self.lexicon, **self.options)
         if not adj.positive and not adj.negative:
             raise RnnlensError(
@@ -129,11 +133,13 @@ def _adjectives_json(set_list: list[dict]) -> dict:
 
 
 def negation_studies(model_paths: list[str], data_dir=None, adjectives=None, forms=None, score: str = "auto",
-                     ratio: float = 3.0, min_count: int = 5, lexicon_threshold: float = 0.2) -> NegationStudies:
+                     ratio: float = 3.0, min_count: int = 5, lexicon_threshold: float = 0.2,
+                     progress: bool = True) -> NegationStudies:
     """The study on every model in model_paths. adjectives: a JSON file of the adjectives to
     use instead of extracting them; forms: phrase forms (default FORMS); score: "auto",
     "ngram" or "context"; ratio, min_count, lexicon_threshold: the extraction's options.
-    Every model is loaded and checked before any work. Progress goes to stderr."""
+    Every model is loaded and checked before any work. Progress goes to stderr (progress=False:
+    none; one line a model only where there are several)."""
     from ..analysis.negation import FORMS, form_tokens, negation_study, summarize_study
 
     forms = list(dict.fromkeys(forms or FORMS))
@@ -141,12 +147,13 @@ def negation_studies(model_paths: list[str], data_dir=None, adjectives=None, for
         form_tokens(f, "X")
     given = read_adjectives(adjectives) if adjectives else None
     kind = None if score == "auto" else score
-    sets = _AdjectiveSets(given, adjectives, ratio, min_count, lexicon_threshold)
+    sets = _AdjectiveSets(given, adjectives, ratio, min_count, lexicon_threshold, progress)
     names = model_names(model_paths)
     loaded = [_load_checked(path, data_dir) for path in model_paths]
     results = []
     for k, (path, name, (run, model, cfg, vocab, meta, task, sides)) in enumerate(zip(model_paths, names, loaded), 1):
-        print(f"negation: model {k}/{len(names)}: {path}", file=sys.stderr)
+        if progress and len(names) > 1:
+            print(f"negation: model {k}/{len(names)}: {path}", file=sys.stderr)
         entry = sets.for_run(run, cfg, sides)
         entry["models"].append(name)
         adj = entry["adjectives"]

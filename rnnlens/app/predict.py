@@ -170,7 +170,7 @@ def file_examples(run: Run, path: str | Path) -> list[Example]:
         rows = R.read_labelled_tsv(path, run.tokenizer)
         return R.label_examples(rows, run.labels, path)
     if task == "tag":
-        scheme = "iobes" if any(t.startswith(("E-", "S-")) for t in run.labels) else "iob2"
+        scheme = "iobes" if any(t.startswith(("E-", "S-")) for t in run.labels) else "bio"
         index = {t: i for i, t in enumerate(run.labels)}
         out = []
         for words, tags in read_conll2003(path, scheme=scheme):

@@ -245,10 +245,12 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
     was given. sentences: texts to explain instead of n_samples sentences of the test
     split. view: the n-gram view of the sample sentences, "first-order" or "exact"
     (analysis.attribution). Returns the report.json dict. Bad input is an RnnlensError."""
+    from ..outfiles import check_not_an_input
     from .run import Run
 
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
+    check_not_an_input(out_dir, [model_dir, data_dir])
     if out_dir.exists() and not force:           # refuse before doing any work
         raise RnnlensError(f"output folder {out_dir} exists; use --force to replace it")
     if n_samples < 0 or faithfulness_sentences < 0:

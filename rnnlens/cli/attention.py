@@ -50,9 +50,13 @@ def cmd_attention(args) -> int:
     from ..analysis.attention import memory_layout
     from ..analysis.attention_report import analyse_attention, format_summary
     from ..app.run import Run
+    from ..outfiles import check_not_an_input
     from ..train.checkpoint import output_dir
 
     out = Path(args.out) if args.out else None
+    if out is not None:
+        check_not_an_input(out, [args.model, args.data if Path(args.data).is_file() else None, args.parses,
+                                 args.train, getattr(args, "data_dir", None)])
     if out is not None and out.exists() and not args.force:  # refuse before doing any work
         raise RnnlensError(f"output folder {out} exists; use --force to replace it")
     for name, value, least in (("--samples", args.samples, 0), ("--batch-size", args.batch_size, 1),

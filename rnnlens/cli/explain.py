@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..argtypes import SIZE, new_file
 from ..errors import RnnlensError
-from ..outfiles import check_new_file
+from ..outfiles import check_new_file, check_not_an_input
 from .common import _load_run
 
 STREAM_TOKENS = 400       # longer texts are explained by the streamed top-k
@@ -31,8 +31,10 @@ def cmd_explain(args) -> int:
     if args.file is not None:
         try:
             text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as e:
-            raise RnnlensError(f"cannot read {args.file}: {e}") from None
+        except OSError as e:
+            raise RnnlensError(f"cannot read {args.file}: {e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise RnnlensError(f"{args.file} is not UTF-8 text ({e.reason})") from None
     run = _load_run(args)
     model, vocab = run.model, run.vocab
     tokens = run.tokenize(text)
@@ -177,7 +179,11 @@ def _explain_lines(args) -> int:
         raise RnnlensError("--lines needs --out DIR (explanations.jsonl and explanations.html are written there)")
     if args.text is not None or args.file is not None:
         raise RnnlensError("give --lines, or a text, or --file (one of them)")
+    if args.png is not None or args.json:
+        raise RnnlensError(f"{'--png' if args.png is not None else '--json'} goes with one text; --lines writes "
+                           "each line's explanation to --out DIR (explanations.jsonl and explanations.html)")
     out = Path(args.out)
+    check_not_an_input(out, [args.model, args.lines])
     if out.exists() and not args.force:           # refuse before any work
         raise RnnlensError(f"output folder {out} exists; use --force to replace it")
     try:

@@ -33,14 +33,17 @@ def _negation_text(sets: list[dict], results: list[dict], forms: list[str]) -> s
 def cmd_negation(args) -> int:
     from ..analysis.negation import score_groups
     from ..app.negation import negation_studies
+    from ..outfiles import check_not_an_input
     from ..train.checkpoint import output_dir
 
     out = Path(args.out) if args.out else None
+    if out is not None:
+        check_not_an_input(out, [*args.model, args.adjectives, getattr(args, "data_dir", None)])
     if out is not None and out.exists() and not args.force:  # refuse before doing any work
         raise RnnlensError(f"output folder {out} exists; use --force to replace it")
     res = negation_studies(args.model, data_dir=getattr(args, "data_dir", None), adjectives=args.adjectives,
                            forms=args.form, score=args.score, ratio=args.ratio, min_count=args.min_count,
-                           lexicon_threshold=args.lexicon_threshold)
+                           lexicon_threshold=args.lexicon_threshold, progress=not args.quiet)
     if out is not None:
         from ..viz.plots import negation_boxes
 
@@ -77,4 +80,5 @@ def add_parser(sub) -> None:
     n.add_argument("--out", help="write adjectives.json, negation.json and negation-<model>.png here")
     n.add_argument("--force", action="store_true", help="replace the output folder if it exists")
     n.add_argument("--json", action="store_true", help="machine-readable output")
+    n.add_argument("--quiet", action="store_true", help="no progress lines")
     n.set_defaults(func=cmd_negation)

@@ -27,6 +27,7 @@ def _train(args, out, dist) -> int:
     import shlex
 
     from ..config import Config, load_config_file
+    from ..outfiles import check_not_an_input
     from ..train import distributed
     from ..train.resume import (
         Checkpoints,
@@ -48,6 +49,9 @@ def _train(args, out, dist) -> int:
             section, name = key[4:].split(".")
             d[section][name] = value
     cfg = Config.from_dict(d)
+    data, train = cfg.data, cfg.train
+    check_not_an_input(out, [args.config, data.data_dir, data.train_file, data.dev_file, data.test_file,
+                             cfg.model.embeddings_file, train.init_from])
     if saved:
         diff = config_differences(Config.from_dict(saved.state["config"]).to_dict(), cfg.to_dict())
         if diff:

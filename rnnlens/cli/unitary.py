@@ -21,9 +21,12 @@ def cmd_unitary(args) -> int:
         urn_tables,
     )
     from ..app.run import Run
+    from ..outfiles import check_not_an_input
     from ..train.checkpoint import output_dir
 
     out = Path(args.out) if args.out else None
+    if out is not None:
+        check_not_an_input(out, [args.model])
     if out is not None and out.exists() and not args.force:  # refuse before doing any work
         raise RnnlensError(f"output folder {out} exists; use --force to replace it")
     run = Run.load(args.model)

@@ -493,7 +493,8 @@ def load_dataset(name: str, data_dir, seed: int = 0, **options) -> Dataset:
     if name not in DATASETS:
         raise RnnlensError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
     if name not in BUILT_IN and (data_dir is None or not Path(data_dir).is_dir()):
-        raise RnnlensError(f"data directory {data_dir} does not exist")
+        what = "is a file, not a folder" if data_dir is not None and Path(data_dir).exists() else "does not exist"
+        raise RnnlensError(f"data directory {data_dir} {what}")
     if options and name not in BUILT_IN:
         raise RnnlensError(f"dataset {name!r} takes no options (got {', '.join(options)})")
     with R.bulk_build():  # hundreds of thousands of Examples: see bulk_build

@@ -26,9 +26,7 @@ BOM = b"\xef\xbb\xbf"
 
 
 def read_text(path: str | Path) -> str:
-    p = Path(path)
-    if not p.is_file():
-        raise RnnlensError(f"data file {p} does not exist")
+    p = _existing_file(path)
     try:
         return p.read_text(encoding=TEXT_ENCODING)
     except UnicodeDecodeError as e:
@@ -87,6 +85,8 @@ def bulk_build():
 
 def _existing_file(path) -> Path:
     p = Path(path)
+    if p.is_dir():
+        raise RnnlensError(f"data file {p} is a folder; give the file")
     if not p.is_file():
         raise RnnlensError(f"data file {p} does not exist")
     return p

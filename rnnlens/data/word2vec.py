@@ -75,7 +75,8 @@ def corpus_sentences(name: str, data_dir, seed: int = 0) -> tuple[list[list[str]
     if name not in names:
         raise RnnlensError(f"unknown corpus {name!r} for word vectors; valid names: {', '.join(names)}")
     if data_dir is None or not Path(data_dir).is_dir():
-        raise RnnlensError(f"data directory {data_dir} does not exist")
+        what = "is a file, not a folder" if data_dir is not None and Path(data_dir).exists() else "does not exist"
+        raise RnnlensError(f"data directory {data_dir} {what}")
     notes = []
     if name in _SST_PHRASES:
         from . import readers as R
