@@ -510,6 +510,8 @@ def report(res: dict, quick: bool, device: str, threads: int, started: str, seco
            load: tuple[float, float], not_run: list[str] | None = None) -> str:
     import torch
 
+    from rnnlens.bench import REPORT_HEADER
+
     from . import cells as cells_mod
     from . import lm as lm_mod
     from . import scan as scan_mod
@@ -522,7 +524,7 @@ def report(res: dict, quick: bool, device: str, threads: int, started: str, seco
     tgt = targets(res)
     met = sum(r[3] == "met" for r in tgt)
     lines = [
-        "# rnnlens benchmark suite" + (" (quick: smoke sizes, the ratios mean nothing)" if quick else ""),
+        REPORT_HEADER + (" (quick: smoke sizes, the ratios mean nothing)" if quick else ""),
         "",
         "Written by `python -m benchmarks` (or `rnnlens bench --all`); see benchmarks/README.md. One run on",
         "one machine: compare the ratios (each against a reference measured in the same run), not the",

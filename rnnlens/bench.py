@@ -18,6 +18,8 @@ from .data.batching import Batch
 from .models import RNNModel
 from .config import ModelConfig
 
+REPORT_HEADER = "# rnnlens benchmark suite"    # the first line of every report the suite writes
+
 VOCAB = 5000
 
 

@@ -15,6 +15,7 @@ def cmd_bench(args) -> int:
         check_device(args.device)                    # before the suite replaces its report
         if args.out:
             check_new_file(args.out, force=True)
+            _check_replaces_a_report(args.out, args.force)
     elif args.cell not in CELLS:
         raise RnnlensError(f"--cell: unknown cell {args.cell!r}; the cells are {', '.join(CELLS)}")
     if args.all:
@@ -23,6 +24,26 @@ def cmd_bench(args) -> int:
         return 0
     run_bench(cell=args.cell, hidden=args.hidden, batch=args.batch, length=args.length, steps=args.steps)
     return 0
+
+
+def _check_replaces_a_report(path, force: bool) -> None:
+    """--out may replace an earlier report of the suite (that is how a report is remade), but
+    not another file, unless --force."""
+    from pathlib import Path
+
+    from ..bench import REPORT_HEADER
+    from ..errors import RnnlensError
+
+    p = Path(path)
+    if force or not p.is_file():
+        return
+    try:
+        with p.open("rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return
+    if not first.startswith(REPORT_HEADER.encode()):
+        raise RnnlensError(f"{path} exists and is not a benchmark report; use --force to replace it")
 
 
 def add_parser(sub) -> None:
@@ -38,7 +59,8 @@ def add_parser(sub) -> None:
     b.add_argument("--quick", action="store_true", help="--all at smoke sizes (under a minute; RESULTS-quick.md)")
     b.add_argument("--device", default="cpu", help="--all: cpu or cuda")
     b.add_argument("--threads", type=THREADS, default=None, help="--all: torch threads (default 2; --quick: 1)")
-    b.add_argument("--out", help="--all: the markdown file to write")
+    b.add_argument("--out", help="--all: the markdown file to write (an earlier report there is replaced)")
+    b.add_argument("--force", action="store_true", help="--all: replace --out even when it is not a report")
     b.add_argument("--time-limit", type=POSITIVE, default=None, metavar="SECONDS",
                    help="--all: start no measurement after this many seconds (the report marks the rest not run)")
     b.set_defaults(func=cmd_bench)

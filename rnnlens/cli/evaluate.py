@@ -19,7 +19,7 @@ def cmd_eval(args) -> int:
         check_new_file(png, args.force)
     if args.test_file and args.split is not None:
         raise RnnlensError("give --split (a split of the model's dataset) or --test-file, not both")
-    args.split = args.split or "test"
+    args.split = "test" if args.split is None else args.split
     check_device(args.device)
     run = _load_run(args, device=args.device)
     run.config.train.device = args.device

@@ -191,3 +191,26 @@ def test_negation_quiet_has_no_progress_lines(models, tmp_path, capsys):
     code, _, err = run(capsys, "negation", "--model", models["clf"], "--model", models["clf"],
                        "--adjectives", tmp_path / "a.json", "--quiet")
     assert code == 0 and err == "", err
+
+
+def test_eval_an_empty_split_name_is_refused(models, capsys):
+    """--split "" is not the default split: it names none, and says so."""
+    code, out, err = run(capsys, "eval", "--model", models["clf"], "--split", "")
+    assert_clean_error(code, err, "split ''")
+
+
+def test_bench_out_replaces_only_a_report_of_the_suite(tmp_path, capsys):
+    """bench --all --out remakes its report in place, but refuses to overwrite any other file
+    (unless --force), before measuring anything."""
+    from rnnlens.bench import REPORT_HEADER
+    from rnnlens.cli.bench import _check_replaces_a_report
+
+    notes = tmp_path / "notes.md"
+    notes.write_text("my notes\n")
+    code, out, err = run(capsys, "bench", "--all", "--quick", "--out", notes)
+    assert_clean_error(code, err, "not a benchmark report", "--force")
+    assert notes.read_text() == "my notes\n"
+    report = tmp_path / "RESULTS.md"
+    report.write_text(REPORT_HEADER + " (quick: smoke sizes, the ratios mean nothing)\n\nold\n")
+    _check_replaces_a_report(report, force=False)            # an earlier report: replaced, no error
+    _check_replaces_a_report(notes, force=True)
