@@ -159,7 +159,8 @@ class ISAN(AffineCell):
         if self.clamp is not None or x.shape[1] == 0:
             return super()._scan(x, mask, s)
         B, H = x.shape[0], self.hidden_size
-        steps = max(1, self.chunk_bytes // (B * H * H * x.element_size()))
+        # (an empty batch, B = 0, still runs the scan: max(1, ...) keeps the chunk size defined)
+        steps = max(1, self.chunk_bytes // max(1, B * H * H * x.element_size()))
         g = linear(x, self.U.weight, self.U.bias)
         with no_autocast(x.device.type):      # under autocast: A(x_t) and the state in float32
             states = _ISANScan.apply(full_precision(x), self.W.weight, self.W.bias, full_precision(g),

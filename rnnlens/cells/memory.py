@@ -108,8 +108,10 @@ class MemoryBlock(nn.Module):
         off = memory_offsets(self.size, self.bidirectional, mask.device)
         pos = torch.arange(T, device=mask.device)[:, None] + off[None]        # [T,K]
         inside = (pos >= 0) & (pos < T)
-        pos = pos.clamp(0, T - 1).expand(B, T, -1)
-        valid = inside[None] & mask.gather(1, pos.reshape(B, -1)).view(B, T, -1) & mask[:, :, None]
+        K = off.shape[0]
+        pos = pos.clamp(0, T - 1).expand(B, T, K)
+        # sizes spelt out, not -1: an empty batch (B = 0) has no elements to infer them from
+        valid = inside[None] & mask.gather(1, pos.reshape(B, T * K)).view(B, T, K) & mask[:, :, None]
         return pos, valid
 
     def forward(self, h: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor | None = None):
@@ -118,7 +120,7 @@ class MemoryBlock(nn.Module):
             mask = torch.ones(B, T, dtype=torch.bool, device=h.device)
         pos, valid = self.windows(mask)
         K = pos.shape[-1]
-        ids = tokens.gather(1, pos.reshape(B, -1))                             # [B,T*K]
+        ids = tokens.gather(1, pos.reshape(B, T * K))                          # [B,T*K]
         keys = self.keys(ids).view(B * T, K, H)
         values = self.values(ids).view(B * T, K, H)
         # One batched product per step's window: [B*T,K,H] @ [B*T,H,1].
@@ -172,6 +174,8 @@ def memory_block_ref(block: MemoryBlock, h: torch.Tensor, tokens: torch.Tensor,
             outs.append(_compose_ref(block, h[b, t], s))
             attns.append(p_full)
             contexts.append(s)
+    if not outs:                      # an empty batch or no positions: nothing to stack
+        return h.new_zeros(B, T, H), h.new_zeros(B, T, K), h.new_zeros(B, T, H)
     return tuple(torch.stack(xs).view(B, T, -1) for xs in (outs, attns, contexts))
 
 

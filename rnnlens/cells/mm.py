@@ -99,5 +99,5 @@ class MM(AffineCell):
         A = self._A(x)
         d = self.d
         I = _eye(x, d)
-        A_ext = torch.stack([torch.kron(a, I) for a in A.reshape(-1, d, d)])
+        A_ext = torch.einsum("...ij,kl->...ikjl", A, I)         # kron(A, I) of every step (none: B = 0)
         return A_ext.reshape(*x.shape[:-1], d * d, d * d), A.reshape(*x.shape[:-1], d * d)
