@@ -320,6 +320,8 @@ class Cell(nn.Module):
             raise ValueError(f"expected x of shape [B, T, {self.input_size}], got {tuple(x.shape)}")
         if state is None:
             state = self.initial_state(x.shape[0], x.dtype, x.device)
+        if x.shape[1] == 0:                    # no steps: no states, and the start is the end
+            return x.new_zeros(x.shape[0], 0, self.state_size), state
         return self._scan(x, mask, state)
 
     def forward_ref(self, x: torch.Tensor, mask: torch.Tensor | None = None,
@@ -332,7 +334,11 @@ class Cell(nn.Module):
             new = self.step(x[:, t], state)
             state = new if mask is None else torch.where(mask[:, t, None], new, state)
             outs.append(state)
-        return self.output(torch.stack(outs, 1)), state
+        return self.output(self.stacked(outs, x)), state
+
+    def stacked(self, states: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """The reference loops' per-step states [B,S] as [B,T,S]; [B,0,S] when x has no steps."""
+        return torch.stack(states, 1) if states else x.new_zeros(x.shape[0], 0, self.state_size)
 
     def local_view(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                    state: torch.Tensor | None = None) -> LinearView | None:

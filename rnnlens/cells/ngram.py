@@ -33,7 +33,7 @@ def first_tokens(mask: torch.Tensor | None, B: int, T: int, device) -> torch.Ten
     """[B,T] bool: each row's first real token (position 0 when there is no mask)."""
     if mask is None:
         out = torch.zeros(B, T, dtype=torch.bool, device=device)
-        out[:, 0] = True
+        out[:, :1] = True                      # (none when T = 0)
         return out
     return mask & (mask.long().cumsum(1) == 1)
 
@@ -99,7 +99,7 @@ class AffineCell(Cell):
             new = self.step(x[:, t], state, add_g=first[:, t])
             state = new if mask is None else torch.where(mask[:, t, None], new, state)
             outs.append(state)
-        return self.output(torch.stack(outs, 1)), state
+        return self.output(self.stacked(outs, x)), state
 
 
 def _diag(v: torch.Tensor) -> torch.Tensor:

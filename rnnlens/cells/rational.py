@@ -294,7 +294,7 @@ class RationalCell(Cell):
             new = self.step(x[:, t], state)
             state = new if mask is None else torch.where(mask[:, t, None], new, state)
             outs.append(state)
-        return self._out(x, torch.stack(outs, 1), mask), state
+        return self._out(x, self.stacked(outs, x), mask), state
 
     def output_gain(self, x, mask=None) -> torch.Tensor:
         """[B,T,H] d h / d c at c = 0 (real semiring): the output gate o (1 without it), so that

@@ -27,6 +27,24 @@ def test_step_loop_equals_forward_outputs_states_and_gradients(name, dtype):
 
 
 @pytest.mark.parametrize("name", list(CELLS))
+@pytest.mark.parametrize("how", ["forward", "forward_ref", "scan"])
+def test_no_steps_gives_no_outputs_and_the_start_state(name, how):
+    """x with T = 0 (and an empty mask): outputs [B,0,H] (scan: [B,0,S]), and the final state is
+    the start state, given or zero; gradients reach the start state."""
+    cell = make(name)
+    x = torch.randn(3, 0, E, dtype=torch.float64)
+    start = torch.randn(3, cell.state_size, dtype=torch.float64, requires_grad=True)
+    width = cell.state_size if how == "scan" else H
+    for mask in (None, torch.ones(3, 0, dtype=torch.bool)):
+        out, final = getattr(cell, how)(x, mask)
+        assert out.shape == (3, 0, width) and torch.equal(final, cell.initial_state(3, torch.float64))
+        out, final = getattr(cell, how)(x, mask, start)
+        assert out.shape == (3, 0, width) and torch.equal(final, start)
+        (g,) = torch.autograd.grad(final.sum(), start)
+        assert torch.equal(g, torch.ones_like(start))
+
+
+@pytest.mark.parametrize("name", list(CELLS))
 def test_padded_batch_equals_each_sequence_alone(name):
     cell = make(name)
     x, mask, lengths = padded_batch()
