@@ -123,6 +123,9 @@ def _read_vocab(vocab_path: Path, config_path: Path, vocab_size: int) -> Vocab:
     return vocab
 
 
+_FLOAT_DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
+
+
 def _build_model(cfg: Config, meta: dict, vocab_size: int, config_path: Path, weights_path: Path):
     """The model config.json describes, with the weights loaded: the safetensors header is read
     and its shapes compared with the model's before any tensor is."""
@@ -134,6 +137,7 @@ def _build_model(cfg: Config, meta: dict, vocab_size: int, config_path: Path, we
     try:
         with safe_open(str(weights_path), framework="pt") as f:  # reads the header: is the file whole?
             shapes = {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
+            floats = {f.get_slice(k).get_dtype() for k in f.keys()} & set(_FLOAT_DTYPES)
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise RnnlensError(f"{weights_path} is corrupt: {e}") from None
     try:
@@ -147,6 +151,8 @@ def _build_model(cfg: Config, meta: dict, vocab_size: int, config_path: Path, we
     if mismatch:
         raise RnnlensError(f"{weights_path} does not match {config_path.name}: {mismatch} "
                            "(are the files from different models?)")
+    if len(floats) == 1:              # a model saved in float64 (say) comes back in float64
+        model = model.to(_FLOAT_DTYPES[floats.pop()])
     try:
         load_model(model, str(weights_path), strict=True)
     except SafetensorError as e:

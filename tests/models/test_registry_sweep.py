@@ -127,6 +127,23 @@ def test_checkpoint_round_trip_is_bit_identical(task, model, tmp_path):
     assert torch.equal(out, again)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("task,model", CASES[:3], ids=IDS[:3])
+def test_a_checkpoint_comes_back_in_the_precision_it_was_saved_in(task, model, dtype, tmp_path):
+    """A model converted to float64 (for analysis, say) and saved loads as float64, bit-identical;
+    a float32 one as float32."""
+    cfg, m = build(task, model)
+    m = m.to(dtype).eval()
+    b = make_batch(task)
+    with torch.no_grad():
+        out = forward(m, b)
+    save_checkpoint(tmp_path, m, cfg, Vocab([f"w{i}" for i in range(V - 2)]), LABELS[task], task)
+    loaded, *_ = load_checkpoint(tmp_path)
+    assert {p.dtype for p in loaded.parameters()} == {dtype}
+    with torch.no_grad():
+        assert torch.equal(out, forward(loaded, b))
+
+
 OPTIONS = [("classify", {"cell": "gru", "spectral_norm": True}),
            ("classify", {"cell": "lstm", "spectral_norm": True, "spectral_norm_per_gate": True}),
            ("classify", {"cell": "gru", "mlp_hidden": 3, "output_bias": True, "pooling": "mean"}),
