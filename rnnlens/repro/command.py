@@ -9,8 +9,10 @@ from ..argtypes import POSITIVE, SEED, SIZE, THREADS
 from ..errors import RnnlensError
 from . import default_configs_dir, get_table, load_tables
 from .pipelines import BASELINES, run_table
-from .records import default_results_dir, write_atomic
+from .records import default_results_dir, read_tables, write_atomic
 from .run import BUDGETS, Context, missing_data
+
+SEED_MAX = 2**32 - 1                    # the largest --seed (argtypes.SEED): what torch and numpy take
 
 
 def timings() -> dict:
@@ -58,6 +60,8 @@ def cmd_repro(args) -> int:
         print(list_text(data_dir))
         return 0
     if args.render:
+        if args.tables or args.rows:
+            raise RnnlensError("--render renders every recorded table: it takes no TABLE and no --rows")
         return _render(args)
     if not args.tables:
         raise RnnlensError("name a table (or 'all'); `rnnlens repro --list` shows them")
@@ -67,10 +71,18 @@ def cmd_repro(args) -> int:
         raise RnnlensError(f"--budget must be one of {', '.join(BUDGETS)}")
     if args.seeds < 1:
         raise RnnlensError("--seeds must be >= 1")
+    if args.seed + args.seeds - 1 > SEED_MAX:
+        raise RnnlensError(f"--seed {args.seed} with --seeds {args.seeds} goes past the largest seed, {SEED_MAX}")
+    if "all" in args.tables and args.tables != ["all"]:
+        raise RnnlensError("'all' runs every table: give it alone, not with table ids")
     names = list(load_tables()) if args.tables == ["all"] else args.tables
     tables = [get_table(n) for n in names]          # every name checked before any work
     selected = None                       # --rows: the labels to run; None: every row
     if args.rows:
+        empty = [w for w in args.rows if not w.removeprefix("=").strip()]
+        if empty:
+            raise RnnlensError(f"--rows {empty[0]!r} names no label: give (part of) a row's label")
+
         def picks(w: str, label: str) -> bool:      # "=LABEL": that row alone; else a substring
             return label.lower() == w[1:].lower() if w.startswith("=") else w.lower() in label.lower()
 
@@ -84,13 +96,73 @@ def cmd_repro(args) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise RnnlensError(f"output path {out} exists and is not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise RnnlensError(f"cannot create output folder {out}: {e.strerror}") from None
     results = Path(args.results) if args.results else (None if args.tiny else default_results_dir())
     if results is not None and results.exists() and not results.is_dir():
         raise RnnlensError(f"--results {results} is not a folder")
+    if results is not None:
+        _check_apart(out, results)
+        read_tables(results)            # a damaged table record stops here, before any training
+    _check_device(args.device)
+    made = [m for f in (out, results) if f is not None for m in _missing(f)]
+    for folder, what in ((results, "--results"), (out, "output")):   # both before any training
+        try:
+            if folder is not None:
+                folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            _remove_empty(made)
+            raise RnnlensError(f"cannot create {what} folder {folder}: {e.strerror}") from None
+    try:
+        return _run(args, tables, selected, out, results, data_dir, configs)
+    except BaseException:
+        _remove_empty(made)             # a repro that failed before writing anything leaves no folder
+        raise
+
+
+def _missing(folder: Path) -> list[Path]:
+    """`folder` and the folders above it that do not exist yet, deepest first."""
+    out = []
+    while not folder.exists() and folder != folder.parent:
+        out.append(folder)
+        folder = folder.parent
+    return out
+
+
+def _remove_empty(made: list[Path]) -> None:
+    """Remove the folders of `made` (those this repro created, deepest first) where empty."""
+    for folder in made:
+        for f in (folder / "runs", folder):
+            try:
+                f.rmdir()
+            except OSError:             # not there, or not empty: what it holds stays
+                pass
+
+
+def _check_apart(out: Path, results: Path) -> None:
+    """--out and --results must not overlap: a run's folder (weights, checkpoints) under the
+    records, or a record under DIR/runs, would mix the two and a retrained run would
+    replace its record's folder."""
+    o, r = out.resolve(), results.resolve()
+    if o == r or r in o.parents:
+        raise RnnlensError(f"--out {out} is {'the' if o == r else 'inside the'} --results folder {results}: "
+                           "the records hold no runs; choose an --out outside it")
+    if (o / "runs") == r or (o / "runs") in r.parents:
+        raise RnnlensError(f"--results {results} is inside {out / 'runs'}, where repro trains its runs: "
+                           "choose another --results")
+
+
+def _check_device(device: str) -> None:
+    """--device names a device torch has here, before any folder is made."""
+    from ..train.run import check_device
+
+    try:
+        check_device(device)
+    except RnnlensError as e:
+        text = str(e).replace("train.device is cuda but no", f"--device {device}: no")
+        raise RnnlensError(text.replace("train.device: ", f"--device {device}: ").replace("train.device", "--device")) \
+            from None
+
+
+def _run(args, tables, selected, out: Path, results: Path | None, data_dir: Path | None, configs) -> int:
     ctx = Context(out=out, budget=args.budget, seeds=args.seeds, seed0=args.seed, data_dir=data_dir,
                   configs=configs, threads=args.threads, device=args.device, progress=not args.quiet,
                   tiny=args.tiny, results=results, command=_command_text(args), time_limit=args.time_limit)
@@ -176,14 +248,20 @@ def _render(args) -> int:
     configs = Path(args.configs) if args.configs else default_configs_dir()
     if configs is not None and not configs.is_dir():
         raise RnnlensError(f"--configs {configs} is not a folder")
+    if not read_tables(results):
+        raise RnnlensError(f"--results {results} has no table records ({results / 'tables'}/*.json): nothing to "
+                           "render; `rnnlens repro TABLE --results DIR` writes them")
     if not args.out:
         print(render(results, figures=None, configs=configs), end="")
         return 0
-    out = Path(args.out)
+    from ..outfiles import check_new_file, replacing
+
+    out = check_new_file(args.out, force=True)      # before any figure is drawn
     href = Path(os.path.relpath(results.resolve() / FIGURES, out.resolve().parent))
     text = render(results, figures=href.as_posix(), configs=configs)
-    written = write_figures(results, results / FIGURES)
-    write_atomic(out, text)
+    with replacing(out, suffix=".md") as tmp:
+        tmp.write_text(text, encoding="utf-8")
+        written = write_figures(results, results / FIGURES)
     print(f"wrote {args.out} and {len(written)} figures in {results / FIGURES}")
     return 0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import RnnlensError
 from . import Row, Table
-from .run import KINDS, Context, NotRun, RowResult, kind, missing_data, per_seed
+from .run import KINDS, Context, NotRun, RowResult, kind, missing_data, per_seed, recorded_seconds
 
 
 def _load(run):
@@ -45,7 +45,8 @@ def dyck_row(ctx: Context, table: Table, row: Row) -> RowResult:
     baseline row is computed from the data, not trained. Checks: the maximum and the trend."""
     if row.config is None:
         return RowResult(row, status="no config", note=row.note)
-    res = per_seed(ctx, row, lambda run: _errors(run.test["test_by_attractors"]), weights=False)
+    res = per_seed(ctx, row, lambda run: _errors(run.test["test_by_attractors"]), weights=False,
+                   need="test_by_attractors")
     tol = row.extra.get("tolerance") or {}
     if tol.get("no_upward_trend") and res.values:
         worst = max(max(v.values()) for v in res.values)
@@ -107,7 +108,7 @@ def crossserial_row(ctx: Context, table: Table, row: Row) -> RowResult:
         overall.append(float(run.test["test_string_error"]))
         return _errors(run.test["test_by_length"])
 
-    res = per_seed(ctx, row, read, weights=False)
+    res = per_seed(ctx, row, read, weights=False, need="test_by_length")
     if res.values:
         mean = sum(sum(v.values()) / max(len(v), 1) for v in res.values) / len(res.values)
         res.checks.append(("mean error over lengths", f"{mean:.3f}", None))
@@ -124,7 +125,7 @@ def agreement_row(ctx: Context, table: Table, row: Row) -> RowResult:
     if row.extra.get("eval") != "lm-agreement":
         return per_seed(ctx, row, lambda run: {k: float(v["accuracy"]) for k, v in
                                             sorted(run.test["test_by_attractors"].items(), key=lambda kv: int(kv[0]))
-                                            if v.get("n")}, weights=False)
+                                            if v.get("n")}, weights=False, need="test_by_attractors")
 
     def lm_eval(run):
         from ..analysis.agreement import agreement_lm_eval
@@ -254,19 +255,19 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
     for s in range(ctx.seeds):
         seed = ctx.seed0 + s
         path = ctx.out / "runs" / f"demo-{cell}-seed{seed}"
-        summary_path = path / "summary.json"
-        if summary_path.is_file():
-            summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        elif ctx.reuse_only:
+        summary = _demo_summary(path, row)
+        if summary is None and ctx.reuse_only:
             raise NotRun(path)
-        else:
+        if summary is None:
+            if path.exists():
+                ctx.log(f"{path} holds no readable demo summary: training it again")
             ctx.log(f"training the demo {cell} (seed {seed}) -> {path}")
             summary = run_demo(path, force=True, cell=cell, seed=seed, epochs=1 if ctx.tiny else None,
                                progress=ctx.progress)
         _record_demo(ctx, path, summary, seed)
         group, form = row.extra["group"], row.extra["form"]
         res.values.append(float(summary["table"][group][form]["mean"]))
-        res.runs[str(path)] = round(float(summary.get("seconds", 0.0)), 1)
+        res.runs[str(path)] = round(recorded_seconds(summary.get("seconds")), 1)
         epochs = 1 if ctx.tiny else Config().train.epochs
         res.budget = (f"the demo: {epochs} epochs max (best {summary.get('best_epoch')}), 4,120 sentences, "
                       f"hidden {summary['model']['hidden_size']}")
@@ -283,6 +284,23 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
     return res
 
 
+def _demo_summary(path: Path, row: Row) -> dict | None:
+    """The demo run's summary.json when it is readable and holds what the table reads (the
+    row's group and form, the flip counts); None otherwise (no run, or a damaged one)."""
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    try:
+        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+        ok = (number(summary["table"][row.extra["group"]][row.extra["form"]]["mean"])
+              and number(summary["negation_flips"]) and number(summary["double_negation_restores"])
+              and isinstance(summary["adjectives"], (list, dict)) and isinstance(summary["model"], dict)
+              and isinstance(summary.get("test") or {}, dict))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return summary if ok else None
+
+
 def _record_demo(ctx: Context, path: Path, summary: dict, seed: int) -> None:
     """The record of a demo run under ctx.results (its config, test metrics and metrics.jsonl),
     as train_or_reuse writes one for a trained config."""
@@ -290,11 +308,16 @@ def _record_demo(ctx: Context, path: Path, summary: dict, seed: int) -> None:
         return
     from . import records
 
-    cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))["config"]
+    try:
+        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))["config"]
+        cfg["train"].get("threads")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise RnnlensError(f"{path / 'config.json'}: not the config of a demo run; remove {path} to train "
+                           "it again") from None
     test = {"split": "test", **{f"test_{k}": v for k, v in (summary.get("test") or {}).items()}}
     records.write_run(ctx.results, path, config_file="rnnlens demo", cfg=cfg, seed=seed,
                       budget="tiny" if ctx.tiny else "full",
-                      seconds=float(summary.get("seconds", 0.0)), test=test, command=ctx.command,
+                      seconds=recorded_seconds(summary.get("seconds")), test=test, command=ctx.command,
                       threads=cfg["train"].get("threads"), device=cfg["train"].get("device", "cpu"))
 
 

@@ -192,7 +192,11 @@ def write_table(results: Path, table_id: str, record: dict) -> Path:
 
 
 def read_tables(results: Path) -> dict[str, dict]:
-    """Every table record under results/tables, by table id."""
+    """Every table record under results/tables, by table id. RnnlensError naming the file for
+    one that is not JSON or not a table record (write_table's shape): a damaged record is
+    neither skipped (the table would vanish from REPRODUCTION.md) nor written over."""
+    from ..errors import RnnlensError
+
     out = {}
     folder = results / TABLES
     if not folder.is_dir():
@@ -200,11 +204,52 @@ def read_tables(results: Path) -> dict[str, dict]:
     for p in sorted(folder.glob("*.json")):
         try:
             rec = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(rec, dict) and "table" in rec:
-            out[rec["table"]] = rec
+        except (OSError, ValueError) as e:
+            raise RnnlensError(f"{p}: not a readable table record ({e}); restore it, or remove it and run "
+                               "the table again") from None
+        problem = _table_problem(rec)
+        if problem:
+            raise RnnlensError(f"{p}: not a table record ({problem}); restore it, or remove it and run the "
+                               "table again")
+        out[rec["table"]] = rec
     return out
+
+
+def _is_value(v) -> bool:
+    """A row's value: a number, None, or a dict of values (per attractor count, length, ...)."""
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _is_value(x) for k, x in v.items())
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _table_problem(rec) -> str | None:
+    """What makes `rec` not a table record as write_table writes one; None when it is one."""
+    if not isinstance(rec, dict):
+        return "not an object"
+    if not isinstance(rec.get("table"), str):
+        return "no table id"
+    if not isinstance(rec.get("rows"), list):
+        return "no list of rows"
+    for i, row in enumerate(rec["rows"], 1):
+        if not isinstance(row, dict) or not isinstance(row.get("label"), str):
+            return f"row {i} has no label"
+        if not all(isinstance(row.get(k, ""), str) for k in ("status", "budget", "budget_name", "data_used", "note")):
+            return f"row {i} has a field that is not text"
+        if not (isinstance(row.get("runs", []), list) and all(isinstance(r, str) for r in row.get("runs", []))):
+            return f"row {i}'s runs are not a list of run names"
+        if not (isinstance(row.get("values", []), list) and all(_is_value(v) for v in row.get("values", []))):
+            return f"row {i}'s values are not a list of numbers"
+        if not (isinstance(row.get("checks", []), list)
+                and all(isinstance(c, list) and len(c) == 3 for c in row.get("checks", []))):
+            return f"row {i}'s checks are not a list of [what, value, passed]"
+        search = row.get("search")
+        if search is not None:
+            trials = search.get("trials") if isinstance(search, dict) else None
+            if not (isinstance(trials, list) and all(isinstance(t, dict) and isinstance(t.get("dev"), (int, float))
+                                                     for t in trials)
+                    and search.get("best") in [t.get("trial") for t in trials]):
+                return f"row {i}'s search is not a list of trials with their dev scores and the best one"
+    return None
 
 
 def read_causes(results: Path) -> dict[str, dict[str, str]]:

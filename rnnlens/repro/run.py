@@ -241,11 +241,11 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
             ctx.log(f"reusing {path}")
             if need is not None and need not in test:
                 test = reevaluate(ctx, path, test)
-            run = Run(test, cfg, path, float(info.get("seconds", 0.0)))
+            run = Run(test, cfg, path, recorded_seconds(info.get("seconds")))
             _record(ctx, run, config, seed, tag, start, overrides)
             return run
     if not weights and init_from is None:
-        run = _from_record(ctx, cfg, path.name)
+        run = _from_record(ctx, cfg, path.name, need)
         if run is not None:
             from .records import mark_overrides
 
@@ -259,7 +259,7 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
     saved = _interrupted(ctx, path, cfg)
     ctx.log(f"training {config} (seed {seed}, budget {tag}) -> {path}"
             + (f" (resuming from {saved.where()})" if saved else ""))
-    before = float(saved.state.get("seconds", 0.0)) if saved else 0.0
+    before = recorded_seconds(saved.state.get("seconds")) if saved else 0.0
     t0 = time.perf_counter()
     with training_dir(path, force=True, resume=saved is not None) as tmp:
         ckpts = Checkpoints(tmp, cfg.to_dict(), cfg.train.checkpoint_every, resume=saved,
@@ -356,14 +356,18 @@ def _record(ctx: Context, run: Run, config: str, seed: int, tag: str, start: str
                       device=d["train"].get("device", "cpu"), init_from=init, overrides=overrides or None)
 
 
-def _from_record(ctx: Context, cfg, name: str) -> Run | None:
-    """The run `name` from its record under ctx.results when the record's config is cfg's."""
+def _from_record(ctx: Context, cfg, name: str, need: str | None = None) -> Run | None:
+    """The run `name` from its record under ctx.results when the record's config is cfg's
+    (and its test record has the metric `need`: a record has no weights to evaluate again)."""
     from . import records
 
     rec = records.read_run(ctx.results, name)
     if rec is None or not isinstance(rec.get("config"), dict):
         return None
     changed = run_differences(rec["config"], records.portable_config(cfg.to_dict()))
+    if not changed and need is not None and need not in rec["test"]:
+        ctx.log(f"the record of {name} has no {need} (and no weights to evaluate it from): not reused")
+        return None
     folder = ctx.results / records.RUNS / name
     if not changed:
         changed = _cut_short(ctx, folder)
@@ -371,7 +375,12 @@ def _from_record(ctx: Context, cfg, name: str) -> Run | None:
         ctx.log(f"the record of {name} has other settings ({'; '.join(changed[:3])}): not reused")
         return None
     ctx.log(f"reusing the record of {name} (results/{records.RUNS}/{name})")
-    return Run(rec["test"], cfg, folder, float(rec.get("seconds", 0.0)), from_record=True)
+    return Run(rec["test"], cfg, folder, recorded_seconds(rec.get("seconds")), from_record=True)
+
+
+def recorded_seconds(value) -> float:
+    """A recorded wall time (repro.json, a record, a checkpoint); 0 where it is not a number."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
 
 
 def _cut_short(ctx: Context, path: Path) -> list[str]:
@@ -414,11 +423,13 @@ def _test_record(path: Path) -> dict | None:
     except OSError:
         return None
     for line in reversed(lines):
+        if not line.strip():
+            continue
         try:
             rec = json.loads(line)
         except ValueError:
             return None
-        if rec.get("split") == "test":
+        if isinstance(rec, dict) and rec.get("split") == "test":
             return rec
     return None
 
@@ -481,7 +492,14 @@ def per_seed(ctx: Context, row: Row, fn, weights: bool = True, need: str | None 
         run = train_or_reuse(ctx, row.config or row.extra["base_config"], ctx.seed0 + s,
                              overrides, init_from=None if start is None else start.path,
                              weights=weights, need=need, name=name)
-        res.values.append(fn(run))
+        try:
+            res.values.append(fn(run))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            if weights:                   # fn read more than the test record: not the record's fault
+                raise
+            where = run.path / ("record.json" if run.from_record else "metrics.jsonl")
+            raise RnnlensError(f"{where}: its test record does not hold what {row.label!r} reads "
+                               f"({type(e).__name__}: {e}); remove the run to train it again") from None
         res.runs[str(run.path)] = round(run.seconds, 1)
         res.budget = budget_text(run.cfg)
         res.data_used = data_used_text(run.cfg)
