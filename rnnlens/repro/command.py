@@ -9,7 +9,7 @@ from ..argtypes import POSITIVE, SEED, SIZE, THREADS
 from ..errors import RnnlensError
 from . import default_configs_dir, get_table, load_tables
 from .pipelines import BASELINES, run_table
-from .records import default_results_dir, read_tables, write_atomic
+from .records import default_results_dir, read_tables, tables_locked, write_atomic
 from .run import BUDGETS, Context, missing_data
 
 SEED_MAX = 2**32 - 1                    # the largest --seed (argtypes.SEED): what torch and numpy take
@@ -177,8 +177,9 @@ def _run(args, tables, selected, out: Path, results: Path | None, data_dir: Path
             write_atomic(out / f"{t.id}.html", to_html(t, results_, ctx))
             write_atomic(out / f"{t.id}.md", md)
             if results is not None:
-                _record_table(results, t, results_rows(results, t, json.loads(to_json(t, results_, ctx)), selected),
-                              ctx)
+                with tables_locked(results):        # another repro on these records waits its turn
+                    _record_table(results, t, results_rows(results, t, json.loads(to_json(t, results_, ctx)),
+                                                           selected), ctx)
             print(md)
     print(f"wrote {out}" + (f" (records under {results})" if results is not None else ""))
     return 0

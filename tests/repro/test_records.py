@@ -466,3 +466,31 @@ def test_a_run_replaced_under_its_name_warns_of_the_tables_still_citing_it(tmp_p
                  "--results", str(results)]) == 0
     err = capsys.readouterr().err
     assert "warning: dyck-turn3-tiny-seed0 replaces a recorded run" in err and "other still show" in err
+
+
+def test_two_repros_sharing_the_records_keep_each_others_rows(tmp_path):
+    """The read-merge-write of a table record waits for the lock another repro holds on it, so
+    rows written in between are kept, not written over."""
+    import threading
+    import time
+
+    from rnnlens.repro.records import read_tables, tables_locked, write_table
+
+    write_table(tmp_path, "t", _record([_row("A", [1.0], runs=["a"])]))
+    done = []
+
+    def second():
+        with tables_locked(tmp_path):
+            rows = read_tables(tmp_path)["t"]["rows"] + [_row("B", [2.0], runs=["b"])]
+            write_table(tmp_path, "t", _record(rows))
+        done.append(True)
+
+    with tables_locked(tmp_path):
+        worker = threading.Thread(target=second)
+        worker.start()
+        time.sleep(0.2)
+        assert not done                                  # it waits while this one holds the lock
+        rows = read_tables(tmp_path)["t"]["rows"] + [_row("C", [3.0], runs=["c"])]
+        write_table(tmp_path, "t", _record(rows))
+    worker.join(5)
+    assert [r["label"] for r in read_tables(tmp_path)["t"]["rows"]] == ["A", "C", "B"]
