@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             out = getattr(args, "resume", None) or getattr(args, "out", None)
             hint = (f"; continue from the last checkpoint with: rnnlens train --resume {out}"
                     if args.command == "train" and out else "")
+            if args.command == "repro" and not getattr(args, "render", False) and getattr(args, "tables", None):
+                hint = "; the same repro command continues each unfinished run from its last checkpoint"
             print(f"rnnlens: interrupted{hint}", file=sys.stderr)
             return 130
         except MemoryError:

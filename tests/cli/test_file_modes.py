@@ -50,3 +50,15 @@ def test_an_interrupted_train_says_how_to_resume(tmp_path, capsys, monkeypatch):
     assert main(["train", "--out", str(out), *TINY]) == 130
     err = capsys.readouterr().err.strip()
     assert err == f"rnnlens: interrupted; continue from the last checkpoint with: rnnlens train --resume {out}"
+
+
+def test_an_interrupted_repro_says_the_same_command_continues(tmp_path, capsys, monkeypatch):
+    import rnnlens.repro.command as C
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(C, "_run", interrupt)
+    argv = ["repro", "urn-dyck", "--tiny", "--out", str(tmp_path / "r"), "--results", str(tmp_path / "rec")]
+    assert main(argv) == 130
+    assert capsys.readouterr().err.strip() == ("rnnlens: interrupted; the same repro command continues each "
+                                               "unfinished run from its last checkpoint")
