@@ -29,10 +29,12 @@ def _minutes(s) -> str:
     return f"{s / 60:.0f} min" if s >= 90 else f"{s:.0f} s"
 
 
-def list_text(data_dir: Path | None) -> str:
+def list_text(data_dir: Path | None, only: list[str] | None = None) -> str:
+    """Every table (or those named in `only`), its data needs and measured times."""
     tables, times = load_tables(), timings()
+    picked = [get_table(n) for n in only] if only and only != ["all"] else list(tables.values())
     out = [f"reproduction tables (data folder: {data_dir or 'none given: --data-dir'})", ""]
-    for t in tables.values():
+    for t in picked:
         ctx = Context(out=Path("."), data_dir=data_dir)
         gone = sorted({d for r in t.rows for d in missing_data(ctx, r)})
         absent = sorted({m for r in t.rows for m in r.extra.get("missing") or []})
@@ -57,7 +59,7 @@ def cmd_repro(args) -> int:
     if data_dir is not None and not data_dir.is_dir():
         raise RnnlensError(f"--data-dir {data_dir} is not a folder")
     if args.list:
-        print(list_text(data_dir))
+        print(list_text(data_dir, args.tables))
         return 0
     if args.render:
         if args.tables or args.rows:

@@ -266,6 +266,15 @@ def test_list_names_every_table_and_its_data(capsys):
     assert "missing everywhere: AG News train.csv" in out
 
 
+def test_list_of_named_tables_lists_those_alone(capsys):
+    assert main(["repro", "--list", "urn-dyck", "seqlevel-table1"]) == 0
+    out = capsys.readouterr().out
+    assert "urn-dyck  (" in out and "seqlevel-table1  (" in out and "ngrams-table3" not in out
+    assert main(["repro", "--list", "no-such-table"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no-such-table" in err[0]
+
+
 def _drop_from_test_line(log: Path, key: str, change: dict | None = None):
     """Remove `key` from the run log's last test line (a record older than that metric)."""
     lines = log.read_text(encoding="utf-8").splitlines()
