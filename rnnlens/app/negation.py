@@ -56,11 +56,15 @@ def model_names(paths: list[str]) -> list[str]:
     """A plain file name per model path (its folder's name), numbered where two are the same."""
     import re
 
-    names, seen = [], {}
+    names, taken = [], set()
     for p in paths:
         base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(p).resolve().name) or "model"
-        seen[base] = seen.get(base, 0) + 1
-        names.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
+        name, k = base, 1
+        while name in taken:              # m, m, m-2 -> m, m-2, m-2-2: every name its own file
+            k += 1
+            name = f"{base}-{k}"
+        taken.add(name)
+        names.append(name)
     return names
 
 

@@ -588,3 +588,11 @@ def test_text_the_terminal_cannot_encode_is_escaped(models, capsys):
     code, out, err = run(capsys, "explain", "--model", models["clf"], "the film \udcff was good")
     assert code == 0 and "Traceback" not in err
     assert "\ufffd" in out                     # the byte read as U+FFFD (rnnlens.data.tokenize.clean_text)
+
+
+def test_model_names_never_repeat():
+    """Three models in folders m, m and m-2 get three names (three figure files), not two."""
+    from rnnlens.app.negation import model_names
+
+    names = model_names(["a/m", "b/m", "c/m-2", "d/m"])
+    assert len(set(names)) == 4 and names[:2] == ["m", "m-2"]
