@@ -64,6 +64,12 @@ def cmd_repro(args) -> int:
     if args.render:
         if args.tables or args.rows:
             raise RnnlensError("--render renders every recorded table: it takes no TABLE and no --rows")
+        ignored = [flag for flag, given in (("--tiny", args.tiny), ("--seeds", args.seeds != 1),
+                                            ("--seed", args.seed != 0), ("--time-limit", args.time_limit))
+                   if given]
+        if ignored:
+            raise RnnlensError(f"--render reads the records as they are: {', '.join(ignored)} would change nothing "
+                               "(they go with a repro that trains)")
         return _render(args)
     if not args.tables:
         raise RnnlensError("name a table (or 'all'); `rnnlens repro --list` shows them")

@@ -245,3 +245,12 @@ def test_a_demo_run_with_a_damaged_summary_is_trained_again(tmp_path, monkeypatc
         assert calls == [run]
     calls.clear()
     assert main(argv) == 0 and calls == []                    # a readable summary: reused, not trained again
+
+
+@pytest.mark.parametrize("flag", [["--tiny"], ["--seeds", "3"], ["--seed", "2"], ["--time-limit", "60"]])
+def test_render_refuses_the_options_of_a_training_repro(flag, tmp_path, capsys):
+    """--render reads the records as they are: an option that only a training repro reads is an
+    error, not silently ignored."""
+    assert main(["repro", "--render", "--out", str(tmp_path / "R.md"), *flag]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag[0] in err[0] and not (tmp_path / "R.md").exists()
