@@ -133,6 +133,25 @@ def _remove_empty(folders: list[Path]) -> None:
             return
 
 
+@contextmanager
+def waiting_lock(lock: Path):
+    """Hold an OS lock (flock) on the file `lock`, waiting for it (its folder is made): the
+    kernel frees it when the process ends, however it ends. Where flock is missing: unlocked."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+        fh = open(lock, "a")
+    except (ImportError, OSError):
+        yield
+        return
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+
+
 def check_not_an_input(out: str | Path, inputs) -> None:
     """Before any work, that the output folder `out` (which --force replaces whole) is none of
     the paths the command reads (`inputs`: the model folder, data files; None and "-" are

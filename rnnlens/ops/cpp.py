@@ -10,7 +10,6 @@ kept in `load_error(name)`. RNNLENS_CPP=0 turns the kernels off.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
@@ -115,21 +114,10 @@ def _build(name: str) -> bool:
     return True
 
 
-@contextlib.contextmanager
 def _build_lock(build_dir: Path):
     """An OS lock (flock) on the module's build folder while it is compiled or loaded: the
     kernel frees it when the process ends, however it ends, so an interrupted build never
     blocks the next one. Where flock is missing, torch's own lock file is all there is."""
-    build_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-        fh = open(build_dir / ".rnnlens-build.lock", "a")
-    except (ImportError, OSError):
-        yield
-        return
-    with fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        except OSError:
-            pass
-        yield
+    from ..outfiles import waiting_lock
+
+    return waiting_lock(build_dir / ".rnnlens-build.lock")

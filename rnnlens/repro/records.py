@@ -15,7 +15,6 @@ folder as it was given, relative), never the machine's absolute paths.
 """
 from __future__ import annotations
 
-import contextlib
 
 import json
 import os
@@ -187,25 +186,13 @@ def read_run(results: Path | None, name: str) -> dict | None:
     return rec if isinstance(rec, dict) and isinstance(rec.get("test"), dict) else None
 
 
-@contextlib.contextmanager
 def tables_locked(results: Path):
     """Holds an OS lock (flock, waiting for it) on the records' tables for a read-merge-write of
     a table record: two repros sharing the records folder (different --out) each keep the
     rows they wrote instead of one writing over the other's. Where flock is missing: unlocked."""
-    folder = results / TABLES
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-        fh = open(folder / ".tables.lock", "a")
-    except (ImportError, OSError):
-        yield
-        return
-    with fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        except OSError:
-            pass
-        yield
+    from ..outfiles import waiting_lock
+
+    return waiting_lock(results / TABLES / ".tables.lock")
 
 
 def write_table(results: Path, table_id: str, record: dict) -> Path:
