@@ -110,7 +110,9 @@ def cmd_repro(args) -> int:
     if results is not None:
         _check_apart(out, results)
         read_tables(results)            # a damaged table record stops here, before any training
-    _check_device(args.device)
+    from ..train.run import check_device
+
+    check_device(args.device, "--device")           # before any folder is made
     made = [m for f in (out, results) if f is not None for m in _missing(f)]
     for folder, what in ((results, "--results"), (out, "output")):   # both before any training
         try:
@@ -156,18 +158,6 @@ def _check_apart(out: Path, results: Path) -> None:
     if (o / "runs") == r or (o / "runs") in r.parents:
         raise RnnlensError(f"--results {results} is inside {out / 'runs'}, where repro trains its runs: "
                            "choose another --results")
-
-
-def _check_device(device: str) -> None:
-    """--device names a device torch has here, before any folder is made."""
-    from ..train.run import check_device
-
-    try:
-        check_device(device)
-    except RnnlensError as e:
-        text = str(e).replace("train.device is cuda but no", f"--device {device}: no")
-        raise RnnlensError(text.replace("train.device: ", f"--device {device}: ").replace("train.device", "--device")) \
-            from None
 
 
 def _run(args, tables, selected, out: Path, results: Path | None, data_dir: Path | None, configs) -> int:

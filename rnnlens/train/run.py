@@ -223,15 +223,16 @@ def data_fingerprint(vocab: Vocab, train: list[Example]) -> str:
     return h.hexdigest()[:16]
 
 
-def check_device(device: str) -> None:
+def check_device(device: str, what: str = "train.device") -> None:
+    """`device` is one torch has here; errors name it as `what` (the setting or the option)."""
     try:
         kind = torch.device(device).type
     except RuntimeError as e:
-        raise RnnlensError(f"train.device: {e}") from None
+        raise RnnlensError(f"{what} {device}: {e}") from None
     if kind not in ("cpu", "cuda"):
-        raise RnnlensError(f"train.device must be cpu or cuda (cuda:N), got {device!r}")
+        raise RnnlensError(f"{what} must be cpu or cuda (cuda:N), got {device!r}")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RnnlensError("train.device is cuda but no CUDA device is available")
+        raise RnnlensError(f"{what} {device}: no CUDA device is available")
 
 
 def check_precision(device: str, precision: str) -> None:
