@@ -43,6 +43,7 @@ class Table:
     tolerance: dict | None
     rows: list[Row]
     search: dict | None = None         # the hyper-parameter search its "search" rows use (repro.search)
+    language_model: bool = False       # a language-model table: its papers' budgets need a GPU
 
     @property
     def needs(self) -> list[str]:
@@ -62,7 +63,8 @@ def _table_from_dict(d: dict, where: str) -> Table:
                             extra={k: v for k, v in r.items() if k not in _ROW_FIELDS}))
         table = Table(id=d["id"], paper=d["paper"], source=d.get("source", ""), title=d.get("title", ""),
                      kind=d.get("kind", "train"), pipeline=d.get("pipeline", ""), metric=dict(d.get("metric") or {}),
-                     tolerance=d.get("tolerance"), rows=rows, search=d.get("search"))
+                     tolerance=d.get("tolerance"), rows=rows, search=d.get("search"),
+                     language_model=bool(d.get("language_model", False)))
     except (KeyError, TypeError) as e:
         raise RnnlensError(f"{where}: malformed reproduction table ({e})") from None
     if table.search is not None or any(r.extra.get("search") for r in table.rows):

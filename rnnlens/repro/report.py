@@ -329,6 +329,19 @@ def table_markdown(table: Table, rec: dict, results_dir: Path,
     return "\n".join(out) + "\n", verdicts, named
 
 
+def _totals(totals: dict) -> list[str]:
+    """The summary's closing lines: the share of lines reproduced, apart for the tables run at
+    the papers' budgets on a CPU and for the language-model tables (whose budgets need a GPU)."""
+    out = []
+    for lm, what in ((False, "Tables run at the papers' budgets on a CPU (every table but the language-model ones)"),
+                     (True, "Language-model tables (their papers' budgets need a GPU)")):
+        done, shorter, lines = totals[lm]
+        if lines:
+            within = f"; {shorter} more within the tolerance at a shorter budget" if shorter else ""
+            out.append(f"- {what}: {done} of {lines} lines reproduced ({100 * done / lines:.1f}%){within}.")
+    return out + [""] if out else []
+
+
 def render(results_dir: Path, figures: str | None = "results/figures", configs: Path | None = None) -> str:
     """REPRODUCTION.md from results_dir (see the module docstring). figures: the link to the
     folder write_figures draws into, relative to where the file is written (None: no figures).
@@ -339,12 +352,17 @@ def render(results_dir: Path, figures: str | None = "results/figures", configs: 
     causes = read_causes(results_dir)
     sections: dict[str, list[str]] = {}
     summary, stale = [], []
+    totals = {False: [0, 0, 0], True: [0, 0, 0]}    # language_model -> [reproduced, within-quick, lines]
     for tid, table in tables.items():
         if tid not in recs:
             continue
         text, verdicts, named = table_markdown(table, recs[tid], results_dir, causes.get(tid), figures, configs, stale)
         sections.setdefault(table.paper, []).append(text)
         count = {k: verdicts.count(k) for k in ("reproduced", "within-quick", "missed", "above", "ablation")}
+        total = totals[table.language_model]
+        total[0] += count["reproduced"]
+        total[1] += count["within-quick"]
+        total[2] += count["reproduced"] + count["within-quick"] + count["missed"] + count["above"]
         shown = sum(1 for r in recs[tid].get("rows") or [] if r.get("status") == "ok")
         summary.append(f"| {tid} | {shown} of {len(table.rows)} | {count['reproduced']} | {count['within-quick']} | "
                        f"{count['missed']} | {count['above']} | {named} of {count['missed'] + count['above']} | "
@@ -357,7 +375,7 @@ def render(results_dir: Path, figures: str | None = "results/figures", configs: 
            "is known (results/notes/causes.json, citing the evidence); \"why named\" counts those. "
            "Ablation lines (the paper's setting with one thing changed on purpose) are counted apart.", "",
            "| table | rows with results | reproduced | within (quick or time-limited) | missed | above the paper | why named | ablations |",
-           "|---|---|---|---|---|---|---|---|", *summary, ""]
+           "|---|---|---|---|---|---|---|---|", *summary, "", *_totals(totals)]
     if stale:
         out += [f"{len(stale)} row{'s' if len(stale) > 1 else ''} ran under a config that has changed since "
                 f"(its note says what changed; it stands as it was run until it is run again): "

@@ -40,6 +40,9 @@ def test_config_loads_with_every_budget(path):
         if m.cell == "urn" and m.truncation is not None and (
                 path.stem == turn or (path.stem == f"{turn}-matrix" and m.word_dropout == "matrix")):
             continue                                   # the paper's k-TURN by its name (-matrix: dropout on Q)
+        if m.cell == "urn" and path.stem == f"{stem}-matrix":    # the full URN with its dropout on Q's entries
+            assert m.word_dropout == "matrix" and m.truncation is None
+            continue
         if path.stem == f"{turn}-anneal":              # the second phase of the -matrix run, from its weights
             assert m.word_dropout == "embedding" and cfg.train.init_from and f"{turn}-matrix" in raw["description"]
             base = load_config_file(path.with_name(f"{turn}-matrix.json"), budget=budget)

@@ -228,6 +228,36 @@ def test_an_ablation_row_shows_where_it_lands_and_is_counted_apart(tmp_path, mon
     assert "| t | 3 of 3 | 0 | 0 | 1 | 0 | 0 of 1 | 2 |" in render(tmp_path)
 
 
+def test_the_summary_totals_the_cpu_tables_and_the_language_model_tables_apart(tmp_path, monkeypatch):
+    """The summary closes with the share of lines reproduced over the tables run at the papers'
+    budgets on a CPU, and apart over the language-model tables; ablations are not counted."""
+    metric = {"key": "test_accuracy", "higher_is_better": True, "unit": "%"}
+    t = Table("t", "implicit-ngrams-induced-by-recurrence", "Table 3", "title", "train", "", metric, {"abs": 1.5},
+              [Row("A", 85.0), Row("B", 85.0), Row("C", 85.0), Row("D", 85.0, extra={"ablation": "x"})])
+    lm = Table("lm", "implicit-ngrams-induced-by-recurrence", "Table 5", "title", "train", "",
+               {"key": "test_perplexity", "higher_is_better": False}, {"rel": 0.1}, [Row("E", 100.0), Row("F", 100.0)],
+               language_model=True)
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "t.json").write_text(json.dumps(
+        _record([_row("A", [84.0]), _row("B", [80.0]), _row("C", [84.5]), _row("D", [85.0])])))
+    lm_rec = _record([_row("E", [105.0], "quick"), _row("F", [150.0])]) | {"table": "lm"}
+    (tmp_path / "tables" / "lm.json").write_text(json.dumps(lm_rec))
+    import rnnlens.repro.report as report
+
+    monkeypatch.setattr(report, "load_tables", lambda: {"t": t, "lm": lm})
+    out = render(tmp_path)
+    assert "- Tables run at the papers' budgets on a CPU (every table but the language-model ones): " \
+           "2 of 3 lines reproduced (66.7%)." in out
+    assert "- Language-model tables (their papers' budgets need a GPU): 0 of 2 lines reproduced (0.0%); " \
+           "1 more within the tolerance at a shorter budget." in out
+
+
+def test_the_language_model_tables_are_the_ones_whose_budgets_need_a_gpu():
+    lm = {tid for tid, t in load_tables().items() if t.language_model}
+    assert lm == {tid for tid, t in load_tables().items() if t.metric.get("name") == "perplexity"} | \
+        {"urn-agreement", "rmn-msr"}
+
+
 def test_a_row_whose_config_file_changed_since_its_run_says_so(tmp_path, monkeypatch):
     """A run recorded under a config file that has been edited since (a setting the paper's
     text called for, found later) still renders, as it was run, but its note names what
