@@ -51,6 +51,9 @@ def list_text(data_dir: Path | None, only: list[str] | None = None) -> str:
         spent = [f"{b} {_minutes(tt.get(b))}" + (f" ({tt[b + '_rows']} rows measured)" if tt.get(b + "_rows") else "")
                  for b in BUDGETS]
         out.append(f"    time on a 2-core CPU (1 thread per run): {', '.join(spent)}")
+        if t.language_model:
+            out.append("    a language-model table: its paper's budget needs a GPU (--device cuda); "
+                       "on a CPU run the quick budget, or --time-limit")
     return "\n".join(out)
 
 

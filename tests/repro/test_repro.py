@@ -275,6 +275,12 @@ def test_list_of_named_tables_lists_those_alone(capsys):
     assert len(err) == 1 and "no-such-table" in err[0]
 
 
+def test_list_says_which_tables_need_a_gpu_for_their_budgets(capsys):
+    assert main(["repro", "--list", "ngrams-table5", "urn-dyck"]) == 0
+    lm, dyck = capsys.readouterr().out.split("urn-dyck  (")
+    assert "a language-model table: its paper's budget needs a GPU" in lm and "GPU" not in dyck
+
+
 def _drop_from_test_line(log: Path, key: str, change: dict | None = None):
     """Remove `key` from the run log's last test line (a record older than that metric)."""
     lines = log.read_text(encoding="utf-8").splitlines()
