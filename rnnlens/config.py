@@ -328,6 +328,15 @@ class Config:
         need(dcfg.corpus in ("polarity", "tsv", *DATASETS),
              f"data.corpus {dcfg.corpus!r} is not one of {', '.join(['polarity', 'tsv', *DATASETS])}")
         need(dcfg.corpus != "tsv" or bool(dcfg.train_file), "data.corpus 'tsv' needs data.train_file")
+        files = [f"data.{n}" for n in ("train_file", "dev_file", "test_file") if getattr(dcfg, n)]
+        need(dcfg.corpus == "tsv" or not files,
+             f"{', '.join(files)}: label<TAB>text files are read with data.corpus 'tsv'; corpus {dcfg.corpus!r} "
+             "reads its own" + (" (from data.data_dir)" if dcfg.corpus not in ("polarity", "dyck", "crossserial")
+                               else ""))
+        need(m.memory is not None or not (m.memory_temporal or m.memory_bidirectional),
+             "model.memory_temporal and model.memory_bidirectional are for a memory block (model.memory)")
+        need(m.cell == "transformer" or m.heads == ModelConfig.heads,
+             "model.heads is for the transformer (model.cell transformer)")
 
 
 # The names a config may use for a cell, a memory composition, a pooling and a corpus. The

@@ -352,3 +352,15 @@ def entity_lookup_baseline(train: list[tuple[list[str], list[str]]],
     res = conll_f1([list(tags) for _, tags in test], pred)
     res["entities"] = len(lexicon)
     return res
+
+
+COUNT_KEYS = ("closers", "strings")     # metrics that count items (the formal-language heads')
+
+
+def scores_line(scores: dict, skip: tuple = ()) -> str:
+    """The numbers of a metrics dict as `k=v` (4 decimals; counts as whole numbers, a split's
+    prefix kept: dev_closers=5120), leaving out the keys in `skip` and breakdowns (dicts)."""
+    def shown(k, v):
+        return f"{int(v)}" if k.rsplit("_", 1)[-1] in COUNT_KEYS and float(v).is_integer() else f"{v:.4f}"
+    return " ".join(f"{k}={shown(k, v)}" for k, v in scores.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in skip)

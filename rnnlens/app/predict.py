@@ -87,6 +87,8 @@ class Predictor:
         run, task = self.run, self.run.task
         if task == "lm":
             return self._lm(tokens)
+        if task in ("dyck", "crossserial"):
+            return self._next_symbols(tokens)
         empty = [i for i, t in enumerate(tokens) if not t]
         recs: list[dict] = [{} for _ in tokens]
         for i in empty:
@@ -135,6 +137,27 @@ class Predictor:
                                   "output": pos["output"], "offset": pos["offset"], "remainder": pos["remainder"],
                                   "ngrams": pos["ngrams"]}
 
+    def _next_symbols(self, tokens: list[list[str]]) -> list[dict]:
+        """A formal-language model (Dyck, cross-serial) reads the start symbol, then the string:
+        after each prefix (the empty one first) the symbol it predicts next and its distribution
+        over the symbols; `next[i]` follows the first i symbols, as in training."""
+        from ..data.formal import START
+
+        recs: list[dict] = [{"tokens": [], "error": "no tokens"} for _ in tokens]
+        keep = [i for i, t in enumerate(tokens) if t]
+        if not keep:
+            return recs
+        batch = collate([Example([START] + tokens[i]) for i in keep], self.run.vocab)
+        batch = batch.to(next(self.run.model.parameters()).device)
+        probs = torch.softmax(self.run.model(batch).double(), -1).cpu()     # [B,T,C]
+        symbols = self.run.labels
+        for j, i in enumerate(keep):
+            rows = probs[j, : len(tokens[i]) + 1].tolist()
+            recs[i] = {"tokens": tokens[i], "unknown": [w for w in tokens[i] if w not in self.run.vocab],
+                       "next": [symbols[max(range(len(r)), key=r.__getitem__)] for r in rows],
+                       "probabilities": [dict(zip(symbols, r)) for r in rows]}
+        return recs
+
     def _lm(self, tokens: list[list[str]]) -> list[dict]:
         from ..analysis.lm import sentence_batch, token_logprobs
 
@@ -153,8 +176,8 @@ class Predictor:
             row = lp[j, : len(t) + 1].tolist()               # each word, then <eos>
             j += 1
             total = sum(row)
-            recs.append({"tokens": t + ["<eos>"], "log_probs": row, "log_prob": total,
-                         "ppl": math.exp(-total / len(row))})
+            recs.append({"tokens": t + ["<eos>"], "unknown": [w for w in t if w not in self.run.vocab],
+                         "log_probs": row, "log_prob": total, "ppl": math.exp(-total / len(row))})
         return recs
 
 

@@ -60,7 +60,8 @@ def cmd_attention(args) -> int:
     if out is not None and out.exists() and not args.force:  # refuse before doing any work
         raise RnnlensError(f"output folder {out} exists; use --force to replace it")
     for name, value, least in (("--samples", args.samples, 0), ("--batch-size", args.batch_size, 1),
-                               ("--min-distance", args.min_distance, 1), ("--max-sentences", args.max_sentences, 0)):
+                               ("--min-distance", args.min_distance, 1),
+                               ("--max-sentences", 1 if args.max_sentences is None else args.max_sentences, 1)):
         if value < least:
             raise RnnlensError(f"{name} must be >= {least}")
     run = Run.load(args.model, data_dir=getattr(args, "data_dir", None))
@@ -81,7 +82,7 @@ def cmd_attention(args) -> int:
         if args.data not in corpus:
             raise RnnlensError(f"split {args.data!r} is not available; available: {', '.join(corpus)}")
         sentences = corpus[args.data]
-    if args.max_sentences:                               # parses stay aligned with the sentences
+    if args.max_sentences is not None:                   # parses stay aligned with the sentences
         sentences = sentences[: args.max_sentences]
         parses = parses[: args.max_sentences] if parses is not None else None
     train = None
@@ -143,7 +144,7 @@ def add_parser(sub) -> None:
     at.add_argument("--predicted", default="gold", choices=["gold", "argmax"],
                     help="the word to predict in the pairs: the next word of the text (gold) or the model's argmax")
     at.add_argument("--strip-subtypes", action="store_true", help="merge relation subtypes (nmod:poss -> nmod)")
-    at.add_argument("--max-sentences", type=COUNT, default=0, help="use only the first N sentences (default: all)")
+    at.add_argument("--max-sentences", type=SIZE, default=None, help="use only the first N sentences (default: all)")
     at.add_argument("--batch-size", type=SIZE, default=64)
     at.add_argument("--seed", type=SEED, default=0, help="seed of the sampled positions")
     at.add_argument("--out", help="write attention.json and the PNGs here")

@@ -11,17 +11,29 @@ def cmd_bench(args) -> int:
     from ..outfiles import check_new_file
     from ..train.run import check_device
 
+    device = args.device or "cpu"
+    if not args.all:
+        suite_only = [flag for flag, given in (("--quick", args.quick), ("--device", args.device is not None),
+                                               ("--out", args.out), ("--force", args.force),
+                                               ("--time-limit", args.time_limit is not None)) if given]
+        if suite_only:
+            raise RnnlensError(f"{', '.join(suite_only)}: {'options' if len(suite_only) > 1 else 'an option'} "
+                               "of --all (the whole suite)")
     if args.all:
-        check_device(args.device)                    # before the suite replaces its report
+        check_device(device)                         # before the suite replaces its report
         if args.out:
             check_new_file(args.out, force=True)
             _check_replaces_a_report(args.out, args.force)
     elif args.cell not in CELLS:
         raise RnnlensError(f"--cell: unknown cell {args.cell!r}; the cells are {', '.join(CELLS)}")
     if args.all:
-        print(run_suite(quick=args.quick, device=args.device, out=args.out, threads=args.threads,
+        print(run_suite(quick=args.quick, device=device, out=args.out, threads=args.threads,
                         time_limit=args.time_limit))
         return 0
+    if args.threads:
+        from ..ops.threads import set_threads
+
+        set_threads(args.threads)
     run_bench(cell=args.cell, hidden=args.hidden, batch=args.batch, length=args.length, steps=args.steps)
     return 0
 
@@ -57,8 +69,9 @@ def add_parser(sub) -> None:
                    help="the whole suite of benchmarks/ (every cell and analysis against its reference, "
                         "ratios against the targets): writes benchmarks/RESULTS.md")
     b.add_argument("--quick", action="store_true", help="--all at smoke sizes (under a minute; RESULTS-quick.md)")
-    b.add_argument("--device", default="cpu", help="--all: cpu or cuda")
-    b.add_argument("--threads", type=THREADS, default=None, help="--all: torch threads (default 2; --quick: 1)")
+    b.add_argument("--device", default=None, help="--all: cpu (default) or cuda")
+    b.add_argument("--threads", type=THREADS, default=None,
+                   help="torch threads (default: torch's; --all: 2, --all --quick: 1)")
     b.add_argument("--out", help="--all: the markdown file to write (an earlier report there is replaced)")
     b.add_argument("--force", action="store_true", help="--all: replace --out even when it is not a report")
     b.add_argument("--time-limit", type=POSITIVE, default=None, metavar="SECONDS",

@@ -45,7 +45,9 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
 
 def _scores_line(scores: dict) -> str:
     """The numbers of a metrics dict as k=v; breakdowns (dicts) are left to --json / metrics.jsonl."""
-    return " ".join(f"{k}={v:.4f}" for k, v in scores.items() if isinstance(v, (int, float)))
+    from ..metrics import scores_line
+
+    return scores_line(scores)
 
 
 def _load_run(args, device: str = "cpu"):

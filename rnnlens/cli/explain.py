@@ -10,7 +10,7 @@ from ..errors import RnnlensError
 from ..outfiles import check_new_file, check_not_an_input
 from .common import _load_run
 
-STREAM_TOKENS = 400       # longer texts are explained by the streamed top-k
+STREAM_TOKENS = 400       # a sentence (TEXT) up to this; a longer text is a document (--file)
 
 
 DOCUMENT_CHUNK = 2048     # tokens of a document in one linear view (memory per chunk, not per document)
@@ -25,7 +25,9 @@ def cmd_explain(args) -> int:
         return _explain_lines(args)
     if args.out is not None:
         raise RnnlensError("--out goes with --lines (the JSONL and HTML of many sentences)")
-    if (args.text is None) == (args.file is None):
+    if args.text is not None and args.file is not None:
+        raise RnnlensError("give either the text to explain or --file with a document, not both")
+    if args.text is None and args.file is None:
         raise RnnlensError("give the text to explain, --file with a document, or --lines with one sentence a line")
     text = args.text
     if args.file is not None:
@@ -41,7 +43,11 @@ def cmd_explain(args) -> int:
     if not tokens:
         raise RnnlensError("the text is empty: nothing to explain")
     labels = run.labels
-    if args.file is not None or len(tokens) > STREAM_TOKENS:
+    if args.file is None and len(tokens) > STREAM_TOKENS:
+        raise RnnlensError(f"the text has {len(tokens):,} tokens, more than the {STREAM_TOKENS} a sentence is "
+                           "explained up to (every n-gram of it); give it with --file to explain it as a document "
+                           "(its top n-grams, streamed)")
+    if args.file is not None:
         if args.view == "exact":
             raise RnnlensError("--view exact explains sentences (up to "
                                f"{STREAM_TOKENS} tokens); a document's streamed n-grams use the first-order view")

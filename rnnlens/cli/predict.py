@@ -39,11 +39,13 @@ def cmd_predict(args) -> int:
     try:
         if out is None:
             n = _stream(predictor, read_texts(source, args.format, name), sys.stdout, args.quiet)
+            _some(n, name)
         else:
             from ..outfiles import replacing
 
             with replacing(out, suffix=".jsonl") as tmp, open(tmp, "w", encoding="utf-8") as f:
                 n = _stream(predictor, read_texts(source, args.format, name), f, args.quiet)
+                _some(n, name)                 # inside: an empty input leaves no --out behind
     except UnicodeDecodeError as e:
         raise RnnlensError(f"{name} is not UTF-8 text ({e.reason})") from None
     finally:
@@ -52,6 +54,11 @@ def cmd_predict(args) -> int:
     if out is not None:
         print(f"wrote {n:,} predictions to {out}")
     return 0
+
+
+def _some(n: int, name: str) -> None:
+    if n == 0:
+        raise RnnlensError(f"{name} has no texts to predict")
 
 
 def _out_target(text: str) -> str | None:

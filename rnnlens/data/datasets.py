@@ -41,6 +41,9 @@ class Dataset:
     notes: human-readable facts about provenance, splits and counts.
     lowercase: whether the tokens were case-folded: a trained model's new texts are read the
         same way (the tokenizer its checkpoint records).
+    split_punct: whether new texts split punctuation off their words (raw-text corpora), or
+        split on whitespace only, as the tokens of an already tokenised corpus (PTB, WikiText,
+        CoNLL-2003, the agreement sentences) were read: "U.S." and "<unk>" stay whole.
     """
 
     name: str
@@ -49,6 +52,7 @@ class Dataset:
     labels: list[str] | None
     notes: list[str] = field(default_factory=list)
     lowercase: bool = True
+    split_punct: bool = True
 
 
 # --- shared helpers -------------------------------------------------------------
@@ -312,7 +316,7 @@ def load_conll2003(data_dir, seed: int = 0) -> Dataset:
     base = entity_lookup_baseline(rows["train"], rows["test"])
     notes.append(f"entity lookup baseline (each training entity of one type, looked up; no training): "
                  f"test F1 {base['f1'] * 100:.2f}")
-    return Dataset("conll2003", "tag", splits, labels, notes, lowercase=False)
+    return Dataset("conll2003", "tag", splits, labels, notes, lowercase=False, split_punct=False)
 
 
 # --- language modelling ---------------------------------------------------------
@@ -323,7 +327,8 @@ def _load_lm(name: str, files: dict[str, str], what: str):
         counts = ", ".join(f"{k} {len(v[0].tokens):,}" for k, v in splits.items())
         notes = [f"{what}; one token stream per split with <eos> after every line (pytorch/examples)",
                  f"tokens incl. <eos>: {counts}"]
-        return Dataset(name, "lm", splits, None, notes, lowercase=name == "ptb")   # PTB is lowercase; WikiText keeps case
+        # PTB is lowercase; WikiText keeps case. Both are tokenised already: split on whitespace
+        return Dataset(name, "lm", splits, None, notes, lowercase=name == "ptb", split_punct=False)
     load.__doc__ = f"{name}: {what}."
     return load
 
@@ -458,7 +463,7 @@ def load_agreement(data_dir, seed: int = 0) -> Dataset:
     notes += [f"majority baseline (always {AGREEMENT_LABELS[base['label']]}): test accuracy {base['accuracy']:.3f}",
               "test items by attractors: " + ", ".join(f"{k}: {v:,}" for k, v in sorted(counts.items())),
               _count_note(splits)]
-    return Dataset("agreement", "agreement", splits, list(AGREEMENT_LABELS), notes)
+    return Dataset("agreement", "agreement", splits, list(AGREEMENT_LABELS), notes, split_punct=False)
 
 
 # --- registry -------------------------------------------------------------------

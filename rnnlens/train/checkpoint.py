@@ -27,10 +27,12 @@ FORMAT = "rnnlens-checkpoint"
 
 def save_checkpoint(path: str | Path, model: torch.nn.Module, cfg: Config, vocab: Vocab,
                     labels: list[str] | None, task: str = "classify", notes: list[str] | None = None,
-                    lowercase: bool | None = None) -> None:
+                    lowercase: bool | None = None, split_punct: bool = True) -> None:
     """Write config.json, vocab.json and model.safetensors into an existing directory.
     lowercase: whether the training tokens were case-folded (the dataset's own reading; None:
-    cfg.data.lowercase), recorded as the tokenizer that reads the model's new texts."""
+    cfg.data.lowercase), and split_punct whether its raw text had punctuation split off (False:
+    an already tokenised corpus, read on whitespace), recorded as the tokenizer that reads the
+    model's new texts."""
     from safetensors import SafetensorError
     from safetensors.torch import save_model
 
@@ -50,7 +52,8 @@ def save_checkpoint(path: str | Path, model: torch.nn.Module, cfg: Config, vocab
     os.umask(umask)
     os.chmod(path / "model.safetensors", 0o666 & ~umask)     # safetensors writes it 0600
     meta = {"format": FORMAT, "task": task, "labels": labels, "vocab_size": len(vocab), "notes": notes or [],
-            "tokenizer": Tokenizer(lowercase=cfg.data.lowercase if lowercase is None else lowercase).to_dict(), "config": cfg.to_dict(),
+            "tokenizer": Tokenizer(lowercase=cfg.data.lowercase if lowercase is None else lowercase,
+                                   split_punct=split_punct).to_dict(), "config": cfg.to_dict(),
             # the folder the config's relative data paths were relative to (app.run.Run reads
             # the data from any working folder through it)
             "trained_in": str(Path.cwd()),

@@ -37,7 +37,7 @@ def tagger(tmp_path_factory):
     d = tmp_path_factory.mktemp("tag")
     (d / "conll2003").mkdir()
     sents = [[("John", "I-PER"), ("lives", "O"), ("in", "O"), ("Paris", "I-LOC")],
-             [("Mary", "I-PER"), ("visited", "O"), ("London", "I-LOC"), (".", "O")]]
+             [("Mary", "I-PER"), ("visited", "O"), ("the", "O"), ("U.S.", "I-LOC"), (".", "O")]]
     for name, n in (("eng.train", 40), ("eng.testa", 4), ("eng.testb", 4)):
         lines = ["-DOCSTART- -X- O O", ""]
         for i in range(n):
@@ -53,7 +53,7 @@ def tagger(tmp_path_factory):
 def lm(tmp_path_factory):
     d = tmp_path_factory.mktemp("lm")
     (d / "ptb").mkdir()
-    text = "\n".join(["the cat sat on the mat", "a dog ran in the park"] * 40)
+    text = "\n".join(["the cat sat on the mat", "a dog ran in the park", "the <unk> 's cat"] * 40)
     for split in ("train", "valid", "test"):
         (d / "ptb" / f"ptb.{split}.txt").write_text(text)
     out = d / "model"
@@ -136,6 +136,11 @@ def test_a_tagger_predicts_tags_and_evaluates_a_conll_file(tagger, tmp_path, cap
     # trained from flags alone (data.lowercase's default is true), the tagger keeps the case
     # its CoNLL tokens kept: "John" and "Paris" are known words, not <unk>
     assert rec["tokens"] == ["John", "lives", "in", "Paris"] and not rec.get("unknown")
+    # CoNLL's tokens were read on whitespace: a new text is too, so "U.S." stays one known word
+    (tmp_path / "u.txt").write_text("Mary visited the U.S. .\n")
+    assert main(["predict", "--model", str(tagger), str(tmp_path / "u.txt")]) == 0
+    (rec,) = _records(capsys)
+    assert rec["tokens"] == ["Mary", "visited", "the", "U.S.", "."] and rec["unknown"] == []
     src = tagger.parent / "conll2003" / "eng.testb"
     assert main(["eval", "--model", str(tagger), "--test-file", str(src), "--json"]) == 0
     assert 0.0 <= json.loads(capsys.readouterr().out)["f1"] <= 1.0
@@ -151,6 +156,14 @@ def test_a_language_model_gives_log_probs_and_perplexity(lm, tmp_path, capsys):
         assert len(r["log_probs"]) == len(r["tokens"]) and r["tokens"][-1] == "<eos>"
         assert math.isclose(r["ppl"], math.exp(-sum(r["log_probs"]) / len(r["log_probs"])))
     assert recs[0]["ppl"] < recs[1]["ppl"]                 # the seen sentence is the likelier
+    assert recs[0]["unknown"] == [] and recs[1]["unknown"] == []
+    # PTB is tokenised already: a new text is split on whitespace, as training read it, so
+    # "<unk>" and "'s" stay the corpus's own tokens
+    (tmp_path / "u.txt").write_text("the <unk> 's cat\nthe zebra sat\n")
+    assert main(["predict", "--model", str(lm), str(tmp_path / "u.txt")]) == 0
+    a, b = _records(capsys)
+    assert a["tokens"] == ["the", "<unk>", "'s", "cat", "<eos>"] and a["unknown"] == []
+    assert b["unknown"] == ["zebra"]
     assert main(["eval", "--model", str(lm), "--test-file", str(tmp_path / "s.txt"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ppl"] > 1
 
@@ -160,14 +173,18 @@ def test_a_language_model_gives_log_probs_and_perplexity(lm, tmp_path, capsys):
     (["predict", "--model", "{m}", "no-such-file.txt"], "cannot read no-such-file.txt"),
     (["predict", "--model", "{m}", "{bad}", "--format", "jsonl"], ":1: not JSON"),
     (["predict", "--model", "{m}", "{bad}", "--format", "xml"], "--format must be one of"),
+    (["predict", "--model", "{m}", "{empty}"], "has no texts to predict"),
+    (["predict", "--model", "{m}", "{empty}", "--out", "{out}"], "has no texts to predict"),
 ])
 def test_bad_input_is_one_line(classifier, tmp_path, capsys, argv, msg):
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
-    argv = [a.format(m=classifier, bad=bad) for a in argv]
+    (tmp_path / "empty.txt").write_text("\n \n")
+    argv = [a.format(m=classifier, bad=bad, empty=tmp_path / "empty.txt", out=tmp_path / "o.jsonl") for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and msg in err[0]
+    assert not (tmp_path / "o.jsonl").exists()
 
 
 def test_explain_lines_writes_jsonl_and_one_html_page(classifier, tmp_path, capsys):
@@ -266,3 +283,23 @@ def test_a_language_model_evaluates_a_file_shorter_than_its_batch(lm, tmp_path, 
     (tmp_path / "short.txt").write_text("the cat sat\n")           # 4 tokens with <eos>
     assert main(["eval", "--model", str(lm), "--test-file", str(tmp_path / "short.txt"), "--json"]) == 0
     assert math.isfinite(json.loads(capsys.readouterr().out)["ppl"])
+
+
+@pytest.mark.parametrize("task, text", [("dyck", "( [ ] )"), ("crossserial", "a a b")])
+def test_a_formal_language_model_predicts_the_next_symbol_after_each_prefix(task, text, tmp_path, capsys):
+    """A Dyck or cross-serial model reads the start symbol, then the string: one prediction
+    after each prefix (the empty one first), each a distribution over the model's symbols."""
+    out = tmp_path / "m"
+    assert main(["train", "--task", task, "--out", str(out), "--train-size", "64", "--dev-size", "16",
+                 "--test-size", "16", *TINY]) == 0
+    line = capsys.readouterr().out.splitlines()[-2]              # the test line: a count is a whole number
+    count = line.split(" closers=" if task == "dyck" else " strings=")[1].split()[0]
+    assert count.isdigit() and int(count) >= 16
+    (tmp_path / "s.txt").write_text(text + "\n")
+    assert main(["predict", "--model", str(out), str(tmp_path / "s.txt")]) == 0
+    (rec,) = _records(capsys)
+    assert rec["tokens"] == text.split() and rec["unknown"] == []
+    assert len(rec["next"]) == len(rec["probabilities"]) == len(rec["tokens"]) + 1
+    symbols = json.loads((out / "config.json").read_text())["labels"]
+    for nxt, dist in zip(rec["next"], rec["probabilities"]):
+        assert list(dist) == symbols and math.isclose(sum(dist.values()), 1.0) and nxt == max(dist, key=dist.get)

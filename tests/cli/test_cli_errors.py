@@ -44,7 +44,8 @@ BAD_FLAGS = [
     (["unitary", "--model", M, "--dims", "0"], "--dims must be >= 1"),
     (["attention", "--model", M, "--data", "test", "--samples", "-1"], "--samples must be >= 0"),
     (["attention", "--model", M, "--data", "test", "--min-distance", "0"], "--min-distance must be >= 1"),
-    (["attention", "--model", M, "--data", "test", "--max-sentences", "-1"], "--max-sentences must be >= 0"),
+    (["attention", "--model", M, "--data", "test", "--max-sentences", "-1"], "--max-sentences must be >= 1"),
+    (["attention", "--model", M, "--data", "test", "--max-sentences", "0"], "--max-sentences must be >= 1"),
     (["attention", "--model", M, "--data", "test", "--batch-size", "0"], "--batch-size must be >= 1"),
     (["complete", "--model", M, "--questions", "q", "--show", "-1"], "--show must be >= 0"),
     (["complete", "--model", M, "--questions", "q", "--batch-size", "0"], "--batch-size must be >= 1"),
@@ -63,6 +64,8 @@ BAD_FLAGS = [
     (["bench", "--steps", "0"], "--steps must be >= 1"),
     (["bench", "--all", "--threads", "0"], "--threads must be in [1, 4096]"),
     (["bench", "--all", "--time-limit", "nan"], "--time-limit must be a finite number > 0"),
+    (["bench", "--out", "b.md"], "--out: an option of --all"),
+    (["bench", "--quick", "--device", "cuda"], "--quick, --device: options of --all"),
     (["demo", "--epochs", "0"], "--epochs must be >= 1"),
     (["demo", "--seed", "-2"], "--seed must be in [0, 4294967295]"),
     (["repro", "t", "--out", "o", "--threads", "0"], "--threads must be in [1, 4096]"),
@@ -106,6 +109,12 @@ def test_bad_numeric_flag_is_one_line_before_any_work(tmp_path, capsys, monkeypa
     (["--corpus", "crossserial", "--cell", "urn", "--train-size", "5", "--train-k", "100000"], "data.train_k must be in"),
     (["--tie-weights", "true"], "are for language models"), (["--adaptive-softmax", "10,20"], "are for language models"),
     (["--min-count", "1000000"], "leaves no word of the training data in the vocabulary"),
+    # options of another corpus, cell or block are refused, not silently ignored
+    (["--train-file", "t.tsv"], "data.train_file: label<TAB>text files are read with data.corpus 'tsv'"),
+    (["--corpus", "sst2", "--test-file", "t.tsv"], "corpus 'sst2' reads its own (from data.data_dir)"),
+    (["--memory-temporal", "true"], "are for a memory block (model.memory)"),
+    (["--memory-bidirectional", "true"], "are for a memory block (model.memory)"),
+    (["--heads", "2"], "model.heads is for the transformer"),
 ])
 def test_bad_config_value_names_the_field(tmp_path, capsys, flags, field):
     out = tmp_path / "m"
@@ -171,3 +180,17 @@ def test_closed_pipe_ends_quietly(model_dir):
             code, err = head(argv, lines)
             print(argv[0], attempt, code, err)
             assert err == "" and code in codes
+
+
+def test_a_text_is_explained_as_a_sentence_or_refused_and_a_document_needs_file(model_dir, tmp_path, capsys):
+    """TEXT is a sentence (every n-gram of it) up to 400 tokens; a longer TEXT is refused with
+    the way to explain it as a document (--file), never switched silently to the document view."""
+    long_text = " ".join(["good movie"] * 201)                               # 402 tokens
+    assert_one_line(*run(capsys, "explain", "--model", model_dir, long_text)[::2], "402 tokens", "--file")
+    (tmp_path / "doc.txt").write_text(long_text)
+    code, out, err = run(capsys, "explain", "--model", model_dir, "--file", tmp_path / "doc.txt")
+    assert code == 0, err
+    assert_one_line(*run(capsys, "explain", "--model", model_dir, "good", "--file", tmp_path / "doc.txt")[::2],
+                    "not both")
+    code, out, err = run(capsys, "explain", "--model", model_dir, "--json", " ".join(["good movie"] * 200))
+    assert code == 0 and len(json.loads(out)["tokens"]) == 400
