@@ -1,6 +1,7 @@
 """`rnnlens wfsa`: the weighted automaton behind one dimension of a rational model."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ..argtypes import COUNT, SIZE
@@ -34,6 +35,15 @@ def cmd_wfsa(args) -> int:
     if not tokens:
         raise RnnlensError("the text is empty: nothing to score")
     ids = vocab.encode(tokens)
+    unknown = sorted({t for t, i in zip(tokens, ids) if i == vocab.unk_id and t != "<unk>"})
+    if unknown:
+        which = "all tokens are" if len(unknown) == len(set(tokens)) else "some tokens are"
+        print(f"warning: {which} unknown to the model and read as <unk>: {' '.join(unknown)}", file=sys.stderr)
+    rest = (["its backward direction"] if cfg.model.bidirectional else []) + \
+        (["the layers above"] if cfg.model.layers > 1 else [])
+    if rest:
+        print(f"note: this automaton is layer 1's forward direction alone; the model's output also reads "
+              f"{' and '.join(rest)}", file=sys.stderr)
     wfsa = compile_wfsa(cell, args.dim, model.embedding)
     with torch.no_grad():
         score = float(wfsa.forward(ids))

@@ -160,6 +160,14 @@ def test_wfsa_command(tmp_path, capsys):
     score, state = map(float, re.search(r"score ([-+.\d]+); the model's state c = ([-+.\d]+)", text).groups())
     assert abs(score - state) < 1e-5
     assert dot.read_text().startswith("digraph WFSA") and "doublecircle" in dot.read_text()
+    assert main(["wfsa", "--model", str(out), "--dim", "0", "--text", "good zzqx", "--force", "--dot", str(dot)]) == 0
+    assert "read as <unk>: zzqx" in capsys.readouterr().err                   # as explain warns
+    bi = tmp_path / "bi"
+    assert main(["train", "--out", str(bi), "--cell", "rrnn-b", "--bidirectional", "true", "--layers", "2",
+                 "--embedding-dim", "4", "--hidden-size", "4", "--epochs", "1", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["wfsa", "--model", str(bi), "--dim", "0", "--text", "good"]) == 0
+    assert "also reads its backward direction and the layers above" in capsys.readouterr().err
     for argv, needle in ((["--dim", "9"], "out of range"), (["--dim", "0", "--text", " "], "empty")):
         args = ["wfsa", "--model", str(out), "--text", "good", *argv]
         assert main(args) == 2
