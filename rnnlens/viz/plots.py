@@ -44,6 +44,16 @@ def ngram_bars(labels: Sequence[str], scores: Sequence[float], path: str | Path,
 
 
 
+def cell_text(value: float, lim: float) -> str:
+    """A heatmap cell's number with the decimals its scale needs (lim: the largest magnitude
+    shown): two significant digits of lim, at most 4 decimals, and no "-0"."""
+    import math
+
+    decimals = min(4, max(0, 1 - math.floor(math.log10(lim)))) if lim > 0 and math.isfinite(lim) else 1
+    text = f"{value:.{decimals}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
 def _upper_heatmap(s: np.ndarray, tokens: Sequence[str], path, title: str, xlabel: str, ylabel: str,
                    label: str) -> None:
     """The upper triangle of s[row, col] over the tokens (RdBu, symmetric limits, values
@@ -62,7 +72,7 @@ def _upper_heatmap(s: np.ndarray, tokens: Sequence[str], path, title: str, xlabe
     if T <= 16:
         for i in range(T):
             for t in range(i, T):
-                ax.text(t, i, f"{s[i, t]:.1f}", ha="center", va="center", fontsize=7)
+                ax.text(t, i, cell_text(float(s[i, t]), lim), ha="center", va="center", fontsize=7)
     fig.colorbar(im, ax=ax, shrink=0.8, label=label)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()

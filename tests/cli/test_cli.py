@@ -301,3 +301,13 @@ def test_train_init_from_a_missing_folder_is_one_line_and_writes_nothing(tmp_pat
     code = main(["train", "--epochs", "1", "--init-from", str(tmp_path / "nope"), "--out", str(out), "--quiet"])
     assert_clean_error(code, capsys.readouterr().err, "train.init_from", "does not exist")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_heatmap_cells_show_the_decimals_their_scale_needs():
+    """Scores of a few hundredths are not all written "-0.0": the decimals follow the largest
+    magnitude shown, and a value that rounds to zero has no sign."""
+    from rnnlens.viz.plots import cell_text
+
+    assert [cell_text(v, 0.05) for v in (0.0123, -0.0371, -0.0001)] == ["0.012", "-0.037", "0.000"]
+    assert [cell_text(v, 5.0) for v in (1.26, -0.01)] == ["1.3", "0.0"]
+    assert cell_text(150.3, 200.0) == "150" and cell_text(0.5, 0.9) == "0.50"
