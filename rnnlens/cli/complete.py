@@ -20,7 +20,13 @@ def cmd_complete(args) -> int:
     model, cfg, vocab = run.model, run.config, run.vocab
     if model.task != "lm":
         raise RnnlensError(f"sentence completion needs a language model; {args.model} is a {model.task!r} model")
-    questions = read_msr_completion(args.questions, args.answers, run.tokenizer)
+    # the questions are raw English sentences ("... the cat."): punctuation is split off, as
+    # the tokenised corpora (PTB, WikiText) wrote it, whatever the model's training text needed;
+    # the case is folded as the model's was
+    from ..data.tokenize import Tokenizer
+
+    tokenizer = Tokenizer(lowercase=run.tokenizer.lowercase, split_punct=True)
+    questions = read_msr_completion(args.questions, args.answers, tokenizer)
     res = complete_with_model(model, vocab, questions, batch_size=args.batch_size)
     memory = "none" if cfg.model.memory is None else (
         f"{cfg.model.memory}, {'bidirectional' if cfg.model.memory_bidirectional else 'unidirectional'}")
