@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..errors import RnnlensError
 
@@ -43,11 +44,12 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
                        type=_config_type(f"{section}.{name}", typ), default=argparse.SUPPRESS)
 
 
-def _scores_line(scores: dict) -> str:
-    """The numbers of a metrics dict as k=v; breakdowns (dicts) are left to --json / metrics.jsonl."""
-    from ..metrics import scores_line
-
-    return scores_line(scores)
+def warn_unknown(unknown: list[str], tokens: list[str]) -> None:
+    """The warning explain and wfsa print when words of the text are read as <unk>."""
+    if unknown:
+        which = "all tokens are" if len(set(unknown)) == len(set(tokens)) else "some tokens are"
+        print(f"warning: {which} unknown to the model and read as <unk>: {' '.join(sorted(set(unknown)))}",
+              file=sys.stderr)
 
 
 def _load_run(args, device: str = "cpu"):

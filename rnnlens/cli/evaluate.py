@@ -7,7 +7,8 @@ from pathlib import Path
 from ..argtypes import new_file
 from ..errors import RnnlensError
 from ..outfiles import check_new_file
-from .common import _load_run, _scores_line
+from ..metrics import scores_line
+from .common import _load_run
 
 
 def cmd_eval(args) -> int:
@@ -52,7 +53,7 @@ def cmd_eval(args) -> int:
         print(json.dumps({"split" if not args.test_file else "file": what, **scores,
                           **({"report": report} if report else {})}))
     else:
-        print(f"{what} " + _scores_line(scores))
+        print(f"{what} " + scores_line(scores))
         if report is not None:
             from ..app.predict import report_text
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..argtypes import SIZE, new_file
 from ..errors import RnnlensError
 from ..outfiles import check_new_file, check_not_an_input
-from .common import _load_run
+from .common import _load_run, warn_unknown
 
 STREAM_TOKENS = 400       # a sentence (TEXT) up to this; a longer text is a document (--file)
 
@@ -55,10 +55,7 @@ def cmd_explain(args) -> int:
     from ..analysis.sentence import explain_text
 
     ex = explain_text(model, vocab, tokens, target=args.target, view=args.view)
-    if ex.unknown:
-        which = "all tokens are" if len(ex.unknown) == len(tokens) else "some tokens are"
-        print(f"warning: {which} unknown to the model and read as <unk>: {' '.join(sorted(set(ex.unknown)))}",
-              file=sys.stderr)
+    warn_unknown(ex.unknown, tokens)
     top = args.top or None
     if png is not None:
         _explain_png(ex, png)

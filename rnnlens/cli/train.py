@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import RnnlensError
-from .common import _add_config_flags, _scores_line
+from ..metrics import scores_line
+from .common import _add_config_flags
 
 
 def cmd_train(args) -> int:
@@ -70,7 +71,7 @@ def _train(args, out, dist) -> int:
     if not main:
         return 0
     if res.test:
-        print("test " + _scores_line(res.test))
+        print("test " + scores_line(res.test))
     print(f"wrote {out}")
     return 0
 

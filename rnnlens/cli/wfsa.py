@@ -7,6 +7,7 @@ from pathlib import Path
 from ..argtypes import COUNT, SIZE
 from ..errors import RnnlensError
 from ..outfiles import check_new_file
+from .common import warn_unknown
 
 
 def cmd_wfsa(args) -> int:
@@ -35,10 +36,7 @@ def cmd_wfsa(args) -> int:
     if not tokens:
         raise RnnlensError("the text is empty: nothing to score")
     ids = vocab.encode(tokens)
-    unknown = sorted({t for t, i in zip(tokens, ids) if i == vocab.unk_id and t != "<unk>"})
-    if unknown:
-        which = "all tokens are" if len(unknown) == len(set(tokens)) else "some tokens are"
-        print(f"warning: {which} unknown to the model and read as <unk>: {' '.join(unknown)}", file=sys.stderr)
+    warn_unknown([t for t, i in zip(tokens, ids) if i == vocab.unk_id and t != "<unk>"], tokens)
     rest = (["its backward direction"] if cfg.model.bidirectional else []) + \
         (["the layers above"] if cfg.model.layers > 1 else [])
     if rest:
