@@ -112,8 +112,47 @@ def _clean_texts(args) -> None:
         args.text = [clean_text(t) if isinstance(t, str) else t for t in v]
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, a job scheduler's stop) raised where the command is, so that it ends as
+    an interrupt does: files closed, the resume hint printed, exit code 143 (128 + SIGTERM)."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated
+
+
+def _terminate_as_interrupt():
+    """Make SIGTERM end a command the way Ctrl-C does, returning the handler to put back when the
+    command ends (None: nothing was changed). Only the main thread may set a handler, and one
+    someone else installed (an embedding program's) is left alone."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        old = signal.getsignal(signal.SIGTERM)
+        if old != signal.SIG_DFL:
+            return None
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        return old
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     _tolerant_output()
+    previous = _terminate_as_interrupt()
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         words = sys.argv[1:] if argv is None else list(argv)
         named = next((w for w in words if not w.startswith("-")), None)   # the subcommand, if any
@@ -130,14 +169,15 @@ def main(argv: list[str] | None = None) -> int:
             one_line = " ".join(part.strip() for part in str(e).split("\n") if part.strip())
             print(f"rnnlens: error: {one_line}", file=sys.stderr)
             return 2
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             out = getattr(args, "resume", None) or getattr(args, "out", None)
             hint = (f"; continue from the last checkpoint with: rnnlens train --resume {out}"
                     if args.command == "train" and out else "")
             if args.command == "repro" and not getattr(args, "render", False) and getattr(args, "tables", None):
                 hint = "; the same repro command continues each unfinished run from its last checkpoint"
-            print(f"rnnlens: interrupted{hint}", file=sys.stderr)
-            return 130
+            what = "stopped (SIGTERM)" if isinstance(e, _Terminated) else "interrupted"
+            print(f"rnnlens: {what}{hint}", file=sys.stderr)
+            return 143 if isinstance(e, _Terminated) else 130
         except MemoryError:
             print("rnnlens: error: out of memory (smaller sizes, batches or inputs need less)", file=sys.stderr)
             return 2

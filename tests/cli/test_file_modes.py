@@ -52,6 +52,26 @@ def test_an_interrupted_train_says_how_to_resume(tmp_path, capsys, monkeypatch):
     assert err == f"rnnlens: interrupted; continue from the last checkpoint with: rnnlens train --resume {out}"
 
 
+def test_sigterm_stops_train_as_an_interrupt_does(tmp_path, capsys, monkeypatch):
+    """`kill` (SIGTERM) mid-training: the resume hint, exit code 143, and the process's own
+    SIGTERM handler put back afterwards."""
+    import os
+    import signal
+
+    import rnnlens.cli.train as T
+
+    def terminated(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the command")
+    monkeypatch.setattr(T, "_train", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    out = tmp_path / "m"
+    assert main(["train", "--out", str(out), *TINY]) == 143
+    err = capsys.readouterr().err.strip()
+    assert err == f"rnnlens: stopped (SIGTERM); continue from the last checkpoint with: rnnlens train --resume {out}"
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
 def test_an_interrupted_repro_says_the_same_command_continues(tmp_path, capsys, monkeypatch):
     import rnnlens.repro.command as C
 

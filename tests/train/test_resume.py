@@ -78,6 +78,22 @@ def test_killed_run_resumes_to_the_uninterrupted_metrics(killed, reference, tmp_
     assert sorted(p.name for p in out.iterdir()) == FILES and not partial_dir(out).exists()
 
 
+def test_sigterm_stops_like_an_interrupt_and_resumes_to_the_uninterrupted_metrics(reference, tmp_path):
+    """`kill PID` (SIGTERM), as a scheduler stops a job: one line saying how to continue, exit
+    code 143, OUT.partial/ kept, and the resumed run ends where the uninterrupted one does."""
+    out = tmp_path / "run"
+    r = rnnlens("train", "--out", str(out), *FLAGS, env={"KILL_AT": str(KILL_AT), "KILL_SIGNAL": "SIGTERM"},
+                script=KILLER)
+    assert r.returncode == 143, (r.returncode, r.stderr)
+    assert r.stderr.strip().splitlines()[-1] == (f"rnnlens: stopped (SIGTERM); continue from the last checkpoint "
+                                                 f"with: rnnlens train --resume {out}")
+    assert not out.exists() and partial_dir(out).is_dir()
+    r = rnnlens("train", "--resume", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "from step 150 (epoch 2, after batch 21)" in r.stdout
+    assert records(out) == records(reference)
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_damaged_checkpoint_is_detected_and_the_previous_one_used(killed, reference, tmp_path, damage):
     out = copy_of(killed, tmp_path)
