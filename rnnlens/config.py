@@ -366,6 +366,45 @@ def known(kind: str) -> tuple[str, ...]:
     return tuple(_REGISTRIES[kind])
 
 
+def registry(kind: str):
+    """The registry itself (a dict's values too), loaded as `known` loads it."""
+    known(kind)
+    return _REGISTRIES[kind]
+
+
+# The cell-specific model settings, each with its default: a cell reads those named in its
+# class's `settings` (cells.base.Cell.settings), and a config that sets one away from its
+# default for a cell that does not read it is refused (it would change nothing).
+CELL_SETTINGS = {"clamp": None, "window": 20, "word_dropout": "embedding", "spectral_norm": False}
+# Tasks whose head reads a pooled sentence vector (model.pooling, model.mlp_hidden).
+SENTENCE_TASKS = ("classify", "regress", "relation", "agreement")
+
+
+def unused_settings(m: ModelConfig, task: str | None = None) -> str | None:
+    """Why a model built from m would ignore one of its settings (set away from its default
+    where nothing reads it), or None. task: the run's task where known (None: the checks that
+    need it are skipped). A fresh training refuses these; a saved model is never refused for
+    them (configs written before a check was added still load)."""
+    reads = registry("cell_settings").get(m.cell, frozenset())
+    for key, default in CELL_SETTINGS.items():
+        if getattr(m, key) != default and key not in reads:
+            readers = sorted(n for n, s in registry("cell_settings").items() if key in s)
+            return (f"model.{key} does nothing for the {m.cell} cell; the cells that read it: "
+                    f"{', '.join(readers) or 'none'}")
+    if m.cell == "transformer" and not m.cell_bias:
+        return "model.cell_bias false does nothing for the transformer (it is for the recurrent cells)"
+    if m.memory is None:
+        for key in ("memory_size", "memory_composition"):
+            if getattr(m, key) != getattr(ModelConfig, key):
+                return f"model.{key} is for a memory block (model.memory); this model has none"
+    if task is not None and task not in SENTENCE_TASKS:
+        for key in ("pooling", "mlp_hidden"):
+            if getattr(m, key) != getattr(ModelConfig, key):
+                return (f"model.{key} does nothing for the {task} task (it shapes the sentence-level heads: "
+                        f"{', '.join(SENTENCE_TASKS)})")
+    return None
+
+
 def future_leak(m: ModelConfig) -> str | None:
     """Why a model built from m would let its prediction at t read a later token, or None.
     A next-symbol task refuses these: the symbol to predict at t is the input at t + 1.

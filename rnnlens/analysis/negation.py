@@ -214,6 +214,17 @@ def _side(spec: Collection | Callable) -> Callable:
     return spec if callable(spec) else (lambda lab, s=spec: lab in s)
 
 
+def corpus_adjectives(corpus: str) -> Adjectives | None:
+    """The adjective lists a corpus is built from, where it is built from lists: the built-in
+    polarity corpus, in which "X" and "not X" carry opposite labels, so that no word passes
+    extract_adjectives' frequency ratio. None: extract them from the training split."""
+    if corpus != "polarity":
+        return None
+    from ..data.synthetic import NEGATIVE, POSITIVE
+
+    return Adjectives(list(POSITIVE), list(NEGATIVE))
+
+
 def extract_adjectives(examples: Iterable[Example], positive_labels: Collection | Callable,
                        negative_labels: Collection | Callable, lexicon: dict[str, float],
                        ratio: float = 3.0, min_count: int = 5, lexicon_threshold: float = 0.2) -> Adjectives:

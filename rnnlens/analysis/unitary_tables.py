@@ -45,9 +45,9 @@ def item_tokens(item: str, vocab, task: str, tokenizer=None) -> list[str]:
     if not text:
         raise RnnlensError("an empty word or phrase was given")
     if task in FORMAL_TASKS:
-        tokens = []
-        for piece in text.split():
-            tokens.extend([piece] if piece in vocab else list(piece))
+        from ..data.formal import symbol_tokens
+
+        tokens = symbol_tokens(text, vocab)
     else:
         # a piece that is itself a token of the vocabulary (<eos>, 's) is kept whole: the
         # tokenizer would split it, and default_items lists such tokens as they are

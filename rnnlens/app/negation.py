@@ -105,6 +105,15 @@ class _AdjectiveSets:
             if key not in self.sets:
                 self.sets[key] = {"source": str(self.given_path), "adjectives": self.given, "models": []}
             return self.sets[key]
+        from ..analysis.negation import corpus_adjectives
+
+        built_in = corpus_adjectives(cfg.data.corpus)
+        if built_in is not None:      # a corpus made from adjective lists: those lists
+            key = f"lists:{cfg.data.corpus}"
+            if key not in self.sets:
+                self.sets[key] = {"source": f"the {cfg.data.corpus} corpus's adjective lists",
+                                  "adjectives": built_in, "models": []}
+            return self.sets[key]
         key, examples = _training_split(run)
         if key not in self.sets:
             self.sets[key] = {"source": f"{cfg.data.corpus} train split",

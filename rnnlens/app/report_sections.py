@@ -294,12 +294,8 @@ def negation_section(model, cfg, vocab, meta, data, fig_dir) -> tuple[str, dict]
     from ..analysis import negation as N
 
     sides = N.sentiment_sides(meta.get("task", "classify"), meta.get("labels"), cfg.data.corpus)
-    if cfg.data.corpus == "polarity":
-        # "X" and "not X" carry opposite labels there, so no word passes the frequency ratio;
-        # the corpus is built from known adjective lists.
-        from ..data.synthetic import NEGATIVE, POSITIVE
-
-        adj = N.Adjectives(list(POSITIVE), list(NEGATIVE))
+    adj = N.corpus_adjectives(cfg.data.corpus)
+    if adj is not None:
         source = "the built-in corpus's adjective lists"
     else:
         adj = N.extract_adjectives(data.splits["train"], sides.is_positive, sides.is_negative, N.load_lexicon())

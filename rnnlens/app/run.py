@@ -48,8 +48,14 @@ class Run:
         return Tokenizer(**self.meta.get("tokenizer", {}))
 
     def tokenize(self, text: str) -> list[str]:
-        """A raw text's tokens as the model's training data was read: the run's tokenizer, and
-        for a relation classifier the SemEval entity markers <e1> </e1> <e2> </e2> kept whole."""
+        """A raw text's tokens as the model's training data was read: the run's tokenizer; for
+        a relation classifier the SemEval entity markers <e1> </e1> <e2> </e2> kept whole; for
+        a formal-language model (dyck, crossserial) the string's single-character symbols
+        ("aabbccdd" or "a a b b c c d d": data.formal.symbol_tokens)."""
+        if self.task in ("dyck", "crossserial"):
+            from ..data.formal import symbol_tokens
+
+            return symbol_tokens(text, self.vocab)
         if self.task == "relation":
             from ..data.semeval_conll import semeval_tokens
 

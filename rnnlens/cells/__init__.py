@@ -13,5 +13,6 @@ CELLS = {"elman": Elman, "gru": GRU, "lstm": LSTM, **NGRAM_CELLS, **BASELINE_CEL
          "isan": ISAN}  # equivalences.QRNN2 is left out: its step needs x_{t-1} (see its docstring)
 CELLS.update({"urn": URN, "linear-rnn": LinearRNN})
 register("cell", CELLS)
+register("cell_settings", {name: cls.settings for name, cls in CELLS.items()})
 
 __all__ = ["CELLS", "Cell", "DenseView", "LinearView", "StructuredView", "Elman", "GRU", "LSTM", "from_torch"]

@@ -278,6 +278,10 @@ class Cell(nn.Module):
     input_size: int
     hidden_size: int
     state_size: int
+    # The cell-specific model settings this cell reads (config.CELL_SETTINGS names them):
+    # a config that sets one of them away from its default for a cell not listed here is
+    # refused, since it would change nothing (config.unused_settings).
+    settings: frozenset[str] = frozenset()
     # True: every n-gram's g enters the state, so a sequence may run in chunks of time
     # carrying the state (encoder.run_cell). False (MVM, VM, MM): g enters only at each
     # row's first real token of a call.

@@ -235,6 +235,7 @@ class VM(AffineCell):
     """VM (Mitchell and Lapata, 2008): v_{i:j} = g(x_i) * ... * g(x_j) (elementwise),
     context v_{1:t}: h_1 = g(x_1), h_t = g(x_t) * h_{t-1}. As an affine cell
     A(x_t) = diag(g(x_t)) and the g-term enters only at the first token (additive=False)."""
+    settings = frozenset({"clamp"})           # no recurrent matrix to normalise
 
     additive = False
 
@@ -294,6 +295,7 @@ class VAW(AffineCell):
     from model.window); a larger value raises ValueError. The state size follows it
     (S = window * H); only C_0..C_{m-1} are used. There is no recurrent matrix to
     normalise (A is a fixed shift)."""
+    settings = frozenset({"clamp", "window"})   # A is a fixed shift: nothing to normalise
 
     block = 64          # positions per block of _WindowSum's DFTs
 

@@ -136,6 +136,7 @@ class ISAN(AffineCell):
     chunk but the last (kept from the forward; a sequence that fits in one chunk is never
     rebuilt), so memory grows with T like an LSTM's states, not like [B,T,H,H]. `matrices_ref`
     and `step` (the plain reference) and the linear view still build the dense matrices."""
+    settings = frozenset({"clamp"})           # the matrices are the inputs' own
 
     chunk_bytes = 512 * 2 ** 20
 

@@ -52,6 +52,7 @@ class MM(AffineCell):
     with no shared projection (embedding_dim = hidden_size = d*d); the embeddings start at
     std 0.1/sqrt(d), the perturbation above. An optimiser's step then moves only the
     matrices of the tokens in the batch, where a step on the shared W moves every token's."""
+    settings = frozenset({"clamp"})           # no recurrent matrix to normalise
 
     additive = False
 

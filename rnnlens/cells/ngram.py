@@ -48,6 +48,7 @@ class AffineCell(Cell):
     # so they keep it off.
     recompute_view = True
     clamp: float | None = None      # bound states to (-clamp, clamp) (sequence-level A.4)
+    settings = frozenset({"clamp", "spectral_norm"})
 
     def linear_view(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                     state: torch.Tensor | None = None) -> LinearView:
@@ -338,6 +339,7 @@ def _named(cls, **fixed):
     def make(input_size, hidden_size):
         return cls(input_size, hidden_size, **fixed)
     make.__name__ = cls.__name__
+    make.settings = cls.settings
     return make
 
 

@@ -358,6 +358,7 @@ def _named(cls, **fixed):
     def make(input_size, hidden_size, **kw):
         return cls(input_size, hidden_size, **{**fixed, **kw})
     make.__name__ = cls.__name__
+    make.settings = cls.settings
     return make
 
 

@@ -149,6 +149,7 @@ class WordMatrixCell(Cell):
     acting on h (see the module docstring). Subclasses give `_table(x, mask)` (fast: a
     table of matrices and which row each position uses) and `word_matrix_ref(x_t)` ([B,n,n],
     from the paper's equation)."""
+    settings = frozenset({"word_dropout"})    # the matrices are the words' own: nothing to normalise
 
     def _table(self, x, mask):
         """(table, idx): idx None and table [B,T,n,n] (a matrix per position), or table

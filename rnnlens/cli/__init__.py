@@ -39,7 +39,8 @@ class _Parser(argparse.ArgumentParser):
         if message.startswith("argument ") and ": must be " in message:
             flag, _, rest = message[len("argument "):].partition(": ")
             message = f"{flag} {rest}"
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        # every error line starts "rnnlens: error:", a subcommand's too; its help is named
+        self.exit(2, f"rnnlens: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser(command: str | None = "") -> argparse.ArgumentParser:

@@ -50,6 +50,17 @@ CROSS_TRAIN = {"size": 51_200, "k": 8}
 CROSS_TEST = {"size": 5_120, "k": 10}
 
 
+def symbol_tokens(text: str, vocab) -> list[str]:
+    """A formal-language string as typed, in the corpora's symbols: each space-separated piece
+    that is itself a token of `vocab` (a symbol, "<s>") is kept, any other split into its
+    characters, so "aabbccdd", "a a b b" and "([])" all read as their single-character
+    symbols. (Pieces that are not symbols stay unknown: the caller says so.)"""
+    tokens: list[str] = []
+    for piece in text.split():
+        tokens.extend([piece] if piece in vocab else list(piece))
+    return tokens
+
+
 def _check_pairs(pairs: int) -> int:
     if not 1 <= pairs <= len(BRACKETS):
         raise ValueError(f"pairs must be in 1..{len(BRACKETS)}, got {pairs}")

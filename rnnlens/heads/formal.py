@@ -116,7 +116,7 @@ def dyck_summary(correct: list, attractors: list, depth: list) -> dict:
     n = len(correct)
     acc = sum(correct) / n if n else 0.0
     by_attr = accuracy_by(correct, attractors)
-    return {"accuracy": acc, "closing_error": 1.0 - acc, "closers": float(n),
+    return {"accuracy": acc, "closing_error": 1.0 - acc, "closers": n,
             "peak_attractor_error": max((r["error"] for r in by_attr.values()), default=0.0),
             "by_attractors": by_attr, "by_depth": accuracy_by(correct, depth)}
 
@@ -154,5 +154,5 @@ class CrossSerialHead(NextSymbolHead):
         correct = m.get("cross_correct", [])
         n = len(correct)
         acc = sum(correct) / n if n else 0.0
-        return {"accuracy": acc, "string_error": 1.0 - acc, "strings": float(n),
+        return {"accuracy": acc, "string_error": 1.0 - acc, "strings": n,
                 "by_length": accuracy_by(correct, m.get("cross_length", []))}

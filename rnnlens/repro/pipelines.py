@@ -384,14 +384,17 @@ def _faithfulness_checks(v: dict, ratio: float) -> list[tuple]:
 def run_row(ctx: Context, table: Table, row: Row) -> RowResult:
     if row.extra.get("missing"):
         return RowResult(row, status="missing data", note="missing: " + "; ".join(row.extra["missing"]))
-    if row.key in BASELINES:
-        return BASELINES[row.key](ctx, row)
-    if row.config is None and not row.extra.get("base_config") and table.kind == "train":
+    if row.config is None and not row.extra.get("base_config") and table.kind == "train" \
+            and row.key not in BASELINES:
         return RowResult(row, status="no config", note=row.note)
     gone = missing_data(ctx, row)
     if gone:
+        if row.key in BASELINES and ctx.reuse_only:
+            raise NotRun(row.label)        # a baseline left out of --rows, its data not here
         where = f"under {ctx.data_dir}" if ctx.data_dir else "(no --data-dir)"
         return RowResult(row, status="missing data", note=f"missing: {', '.join(gone)} {where}")
+    if row.key in BASELINES:
+        return BASELINES[row.key](ctx, row)
     fn = KINDS.get(table.kind)
     if fn is None:
         return RowResult(row, status="not built", note=f"no pipeline for kind {table.kind!r}")

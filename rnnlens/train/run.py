@@ -14,7 +14,7 @@ from ..data.vocab import Vocab
 from ..errors import RnnlensError
 from ..models import RNNModel
 from .checkpoint import load_weights, save_checkpoint
-from ..config import Config
+from ..config import Config, unused_settings
 from .distributed import OneProcess
 from .trainer import Trainer, seed_everything
 
@@ -269,6 +269,10 @@ def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, d
     if progress:
         for note in data.notes:
             print(f"note: {note}")
+    if checkpoints is None or checkpoints.resume is None:     # a resumed run keeps its saved settings
+        unused = unused_settings(cfg.model, data.task)
+        if unused:
+            raise RnnlensError(unused)
     model = build_model(cfg, vocab, data.task, data.labels)
     if cfg.train.init_from:
         load_weights(model, cfg.train.init_from, vocab, data.task, data.labels)

@@ -27,7 +27,7 @@ import torch
 
 from ..config import TrainConfig, parse_select
 from ..errors import RnnlensError
-from ..metrics import merge_metrics, scores_line
+from ..metrics import COUNT_KEYS, merge_metrics, scores_line
 from .distributed import OneProcess
 
 
@@ -421,7 +421,8 @@ class Trainer:
             record["lr"] = self.optimizer.param_groups[0]["lr"]      # for the next epoch
             self._log(record)
             if self.progress:
-                shown = scores_line({k: v for k, v in record.items() if isinstance(v, float)},
+                shown = scores_line({k: v for k, v in record.items()
+                                     if isinstance(v, float) or k.rsplit("_", 1)[-1] in COUNT_KEYS},
                                     skip=("seconds", "lr"))
                 print(f"epoch {epoch}: {shown}", flush=True)
             stop = self._bad >= self.cfg.patience

@@ -295,10 +295,11 @@ def test_a_formal_language_model_predicts_the_next_symbol_after_each_prefix(task
     line = capsys.readouterr().out.splitlines()[-2]              # the test line: a count is a whole number
     count = line.split(" closers=" if task == "dyck" else " strings=")[1].split()[0]
     assert count.isdigit() and int(count) >= 16
-    (tmp_path / "s.txt").write_text(text + "\n")
+    (tmp_path / "s.txt").write_text(text + "\n" + text.replace(" ", "") + "\n")   # spaced, and as one word
     assert main(["predict", "--model", str(out), str(tmp_path / "s.txt")]) == 0
-    (rec,) = _records(capsys)
-    assert rec["tokens"] == text.split() and rec["unknown"] == []
+    rec, joined = _records(capsys)
+    assert rec["tokens"] == joined["tokens"] == text.split() and rec["unknown"] == joined["unknown"] == []
+    assert joined["next"] == rec["next"]
     assert len(rec["next"]) == len(rec["probabilities"]) == len(rec["tokens"]) + 1
     symbols = json.loads((out / "config.json").read_text())["labels"]
     for nxt, dist in zip(rec["next"], rec["probabilities"]):

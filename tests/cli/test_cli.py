@@ -311,3 +311,17 @@ def test_heatmap_cells_show_the_decimals_their_scale_needs():
     assert [cell_text(v, 0.05) for v in (0.0123, -0.0371, -0.0001)] == ["0.012", "-0.037", "0.000"]
     assert [cell_text(v, 5.0) for v in (1.26, -0.01)] == ["1.3", "0.0"]
     assert cell_text(150.3, 200.0) == "150" and cell_text(0.5, 0.9) == "0.50"
+
+
+def test_negation_on_a_built_in_corpus_model_reads_its_adjective_lists(model_dir, tmp_path, capsys):
+    """The built-in corpus pairs "X" with "not X" under opposite labels, so no word passes the
+    training split's frequency ratio: negation takes the corpus's own adjective lists, as the
+    report's negation section does."""
+    from rnnlens.data.synthetic import NEGATIVE, POSITIVE
+
+    out = tmp_path / "neg"
+    code, stdout, err = run(capsys, "negation", "--model", str(model_dir), "--threads", "1", "--out", str(out))
+    assert code == 0, err
+    adj = json.loads((out / "adjectives.json").read_text())
+    assert adj["source"] == "the polarity corpus's adjective lists"
+    assert sorted(adj["positive"]) == sorted(POSITIVE) and sorted(adj["negative"]) == sorted(NEGATIVE)

@@ -194,3 +194,22 @@ def test_a_text_is_explained_as_a_sentence_or_refused_and_a_document_needs_file(
                     "not both")
     code, out, err = run(capsys, "explain", "--model", model_dir, "--json", " ".join(["good movie"] * 200))
     assert code == 0 and len(json.loads(out)["tokens"]) == 400
+
+
+@pytest.mark.parametrize("argv", [
+    ["eval", "--model", M, "--threads", "0"],
+    ["faithfulness", "--model", M, "--sentences", "0"],
+    ["unitary", "--model", M, "--dims", "0"],
+    ["report", "--model", M, "--out", "r", "--samples", "-1"],
+    ["demo", "--seed", "-1"],
+    ["repro", "urn-dyck", "--seeds", "0"],
+    ["train", "--out", "m", "--epochs", "x"],
+])
+def test_a_usage_error_of_any_command_starts_like_every_other_error(argv, capsys, tmp_path, monkeypatch):
+    """argparse's own refusals (a number out of range, a choice not offered) read as every
+    other error does, `rnnlens: error: ...` on one line, and name the command's help."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, *argv)
+    assert_one_line(code, err, f"(see rnnlens {argv[0]} --help)")
+    assert err.startswith("rnnlens: error: "), err
+    assert list(tmp_path.iterdir()) == []

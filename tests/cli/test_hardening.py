@@ -596,3 +596,24 @@ def test_model_names_never_repeat():
 
     names = model_names(["a/m", "b/m", "c/m-2", "d/m"])
     assert len(set(names)) == 4 and names[:2] == ["m", "m-2"]
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--cell", "gru", "--clamp", "1.5"], "model.clamp does nothing for the gru cell"),
+    (["--cell", "lstm", "--window", "5"], "model.window does nothing for the lstm cell"),
+    (["--cell", "gru", "--word-dropout", "matrix"], "model.word_dropout does nothing for the gru cell"),
+    (["--cell", "rrnn-b", "--spectral-norm", "true"], "model.spectral_norm does nothing for the rrnn-b cell"),
+    (["--cell", "gru", "--memory-size", "3"], "model.memory_size is for a memory block"),
+    (["--cell", "gru", "--memory-composition", "linear"], "model.memory_composition is for a memory block"),
+    (["--cell", "transformer", "--heads", "2", "--cell-bias", "false"], "model.cell_bias false does nothing"),
+    (["--task", "dyck", "--cell", "lstm", "--pooling", "mean"], "model.pooling does nothing for the dyck task"),
+    (["--task", "dyck", "--cell", "lstm", "--mlp-hidden", "4"], "model.mlp_hidden does nothing for the dyck task"),
+])
+def test_a_setting_the_model_would_ignore_is_refused(extra, needle, tmp_path, capsys):
+    """A setting that would change nothing (a cell that does not read it, a head that does not
+    pool) is one line and exit code 2, with nothing written, not a run that silently differs
+    from what was asked."""
+    out = tmp_path / "m"
+    code, _, err = run(capsys, "train", "--out", out, *extra, *TINY, "--threads", "1", "--max-train-examples", "40")
+    assert_clean_error(code, err, needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

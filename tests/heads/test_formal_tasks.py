@@ -276,6 +276,7 @@ def test_train_dyck_from_the_cli_writes_the_breakdowns(tmp_path, capsys):
     for r in epochs:
         assert set(r["dev_by_attractors"]) >= {"0", "1", "2"} and set(r["dev_by_depth"]) >= {"1", "2", "3", "4"}
         assert sum(v["n"] for v in r["dev_by_attractors"].values()) == r["dev_closers"] == 256 * 10
+        assert type(r["dev_closers"]) is int                 # a count, in every JSON output
         assert r["dev_closing_error"] == pytest.approx(1 - r["dev_accuracy"])
     test = rec[-1]
     assert test["split"] == "test" and "test_by_attractors" in test
@@ -296,6 +297,7 @@ def test_train_dyck_from_the_cli_writes_the_breakdowns(tmp_path, capsys):
     assert main(["eval", "--model", str(out), "--split", "test", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["accuracy"] == pytest.approx(test["test_accuracy"]) and "by_attractors" in res
+    assert type(res["closers"]) is int and type(test["test_closers"]) is int
 
 
 def test_crossserial_train_run_api(tmp_path):
@@ -306,7 +308,7 @@ def test_crossserial_train_run_api(tmp_path):
     res = train_run(cfg, tmp_path, progress=False)
     assert res.labels == CROSS
     assert set(res.test) >= {"accuracy", "string_error", "strings", "by_length"}
-    assert res.test["strings"] == 256 and set(res.test["by_length"]) <= {str(i) for i in range(10)}
+    assert res.test["strings"] == 256 and type(res.test["strings"]) is int and set(res.test["by_length"]) <= {str(i) for i in range(10)}
     last = [r for r in res.history if "epoch" in r][-1]
     assert any(int(k) >= 8 for k in last["dev_by_length"])                 # lengths unseen in training
     assert max_error_over_epochs(tmp_path, by="by_length")

@@ -254,3 +254,22 @@ def test_render_refuses_the_options_of_a_training_repro(flag, tmp_path, capsys):
     assert main(["repro", "--render", "--out", str(tmp_path / "R.md"), *flag]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag[0] in err[0] and not (tmp_path / "R.md").exists()
+
+
+@pytest.mark.parametrize("rows", [[], ["--rows", "=MM (relation)"]])
+def test_a_baseline_row_without_its_data_is_missing_data_not_a_crash(rows, tmp_path, capsys):
+    """ngrams-table4's entity-lookup baseline reads CoNLL-2003 itself: with no --data-dir (or
+    an empty one) it is "missing data" like the trained rows, and a --rows run that leaves it
+    out does not run it."""
+    (tmp_path / "empty").mkdir()
+    for data in ([], ["--data-dir", str(tmp_path / "empty")]):
+        out = tmp_path / f"out{len(data)}"
+        argv = ["repro", "ngrams-table4", *rows, "--tiny", "--quiet", "--threads", "1", "--out", str(out),
+                "--results", str(tmp_path / f"rec{len(data)}"), *data]
+        assert main(argv) == 0, capsys.readouterr().err
+        table = json.loads((out / "ngrams-table4.json").read_text())
+        lookup = [r for r in table["rows"] if r["label"].startswith("entity lookup baseline")]
+        if rows:
+            assert lookup == []
+        else:
+            assert [r["status"] for r in lookup] == ["missing data"]
