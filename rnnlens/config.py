@@ -385,10 +385,10 @@ def unused_settings(m: ModelConfig, task: str | None = None) -> str | None:
     where nothing reads it), or None. task: the run's task where known (None: the checks that
     need it are skipped). A fresh training refuses these; a saved model is never refused for
     them (configs written before a check was added still load)."""
-    reads = registry("cell_settings").get(m.cell, frozenset())
+    cells = registry("cell_settings")
     for key, default in CELL_SETTINGS.items():
-        if getattr(m, key) != default and key not in reads:
-            readers = sorted(n for n, s in registry("cell_settings").items() if key in s)
+        if getattr(m, key) != default and key not in cells.get(m.cell, ()):
+            readers = sorted(n for n, s in cells.items() if key in s)
             return (f"model.{key} does nothing for the {m.cell} cell; the cells that read it: "
                     f"{', '.join(readers) or 'none'}")
     if m.cell == "transformer" and not m.cell_bias:

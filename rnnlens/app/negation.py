@@ -100,24 +100,21 @@ class _AdjectiveSets:
         self.sets: dict[str, dict] = {}
 
     def for_run(self, run, cfg, sides) -> dict:
-        if self.given is not None:
-            key = "given"
-            if key not in self.sets:
-                self.sets[key] = {"source": str(self.given_path), "adjectives": self.given, "models": []}
-            return self.sets[key]
         from ..analysis.negation import corpus_adjectives
 
+        if self.given is not None:
+            return self._set("given", str(self.given_path), lambda: self.given)
         built_in = corpus_adjectives(cfg.data.corpus)
         if built_in is not None:      # a corpus made from adjective lists: those lists
-            key = f"lists:{cfg.data.corpus}"
-            if key not in self.sets:
-                self.sets[key] = {"source": f"the {cfg.data.corpus} corpus's adjective lists",
-                                  "adjectives": built_in, "models": []}
-            return self.sets[key]
+            return self._set(f"lists:{cfg.data.corpus}", f"the {cfg.data.corpus} corpus's adjective lists",
+                             lambda: built_in)
         key, examples = _training_split(run)
+        return self._set(key, f"{cfg.data.corpus} train split", lambda: self._extract(examples, cfg, sides))
+
+    def _set(self, key: str, source: str, adjectives) -> dict:
+        """The set under key, made (adjectives() called) the first time it is asked for."""
         if key not in self.sets:
-            self.sets[key] = {"source": f"{cfg.data.corpus} train split",
-                              "adjectives": self._extract(examples, cfg, sides), "models": []}
+            self.sets[key] = {"source": source, "adjectives": adjectives(), "models": []}
         return self.sets[key]
 
     def _extract(self, examples, cfg, sides):
