@@ -144,6 +144,19 @@ def test_every_committed_tuned_rows_trials_have_records():
                 assert read_run(results, t["run"]) is not None, f"{tid} / {row['label']}: no record of {t['run']}"
 
 
+def test_every_shipped_tuned_rows_untuned_twin_is_an_ablation():
+    """A tuned row stands for the paper's row; the row that trains the same config at the
+    shared setting must then be an ablation, or the paper's number is counted twice."""
+    for table in load_tables().values():
+        for row in table.rows:
+            if not row.extra.get("search"):
+                continue
+            for other in table.rows:
+                if other is not row and other.config == row.config and other.dataset == row.dataset:
+                    assert other.extra.get("ablation"), (f"{table.id}: {other.label!r} trains the config of "
+                                                         f"the tuned {row.label!r} but is not an ablation")
+
+
 def test_a_row_with_overrides_is_not_a_changed_config_and_an_older_record_learns_its_overrides(tmp_path):
     """A run made with a row's overrides records them, so the render does not take the
     overrides for an edited config file; a record written before records kept them gains
