@@ -43,6 +43,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"rnnlens: error: {message} (see {self.prog} --help)\n")
 
 
+def _command_parser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    """The subparser of `command` (the top parser when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
+
+
 def build_parser(command: str | None = "") -> argparse.ArgumentParser:
     """The whole parser. command: the subcommand the arguments name, when main knows it: the
     config flags of `train` (whose help lists the registered cells, which imports torch) are
@@ -157,7 +165,11 @@ def _main(argv: list[str] | None) -> int:
     try:
         words = sys.argv[1:] if argv is None else list(argv)
         named = next((w for w in words if not w.startswith("-")), None)   # the subcommand, if any
-        args = build_parser(named).parse_args(argv)
+        parser = build_parser(named)
+        args, extra = parser.parse_known_args(argv)
+        if extra:                      # named with the subcommand's help, not the top one's
+            _command_parser(parser, getattr(args, "command", None) or named).error(
+                f"unrecognized arguments: {' '.join(extra)}")
         _clean_texts(args)
         threads = getattr(args, "torch_threads", None)
         if threads:                    # the commands that take --threads and do not set it themselves

@@ -213,3 +213,28 @@ def test_a_usage_error_of_any_command_starts_like_every_other_error(argv, capsys
     assert_one_line(code, err, f"(see rnnlens {argv[0]} --help)")
     assert err.startswith("rnnlens: error: "), err
     assert list(tmp_path.iterdir()) == []
+
+
+def _commands():
+    import argparse
+
+    from rnnlens.cli import build_parser
+
+    parser = build_parser()
+    return sorted(next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices)
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_an_unknown_flag_of_every_command_names_that_commands_help(command, capsys, tmp_path, monkeypatch):
+    """A misspelt flag is refused on one line that points at the command's own help, not at
+    the top-level one (`rnnlens explain --txet ...` -> see rnnlens explain --help)."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, command, "--no-such-flag", "1")
+    assert_one_line(code, err, f"(see rnnlens {command} --help)")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_flag_after_every_required_one_is_named(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "explain", "--model", M, "--textt", "good")
+    assert_one_line(code, err, "unrecognized arguments: --textt (see rnnlens explain --help)")
