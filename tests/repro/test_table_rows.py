@@ -29,3 +29,27 @@ def test_every_paper_row_is_counted_once():
             groups[key].append(row.label)
         twice = {k: v for k, v in groups.items() if len(v) > 1}
         assert not twice, f"{table.id}: one paper row counted by several rows: {list(twice.values())}"
+
+
+def test_timings_fold_the_cpu_runs_of_the_records_per_budget(tmp_path):
+    """`python -m rnnlens.repro.timings` measures each table from the run records alone: the
+    distinct CPU runs its rows read, per budget; a row with a run on a GPU is left out."""
+    from rnnlens.repro.records import write_table
+    from rnnlens.repro.timings import collect
+
+    def run(name, seconds, device):
+        d = tmp_path / "runs" / name
+        d.mkdir(parents=True)
+        (d / "record.json").write_text(json.dumps({"run": name, "seconds": seconds, "device": device,
+                                                   "test": {"split": "test"}}))
+
+    run("a-seed0", 60.0, "cpu")
+    run("a-seed1", 90.0, "cpu")
+    run("b-seed0", 30.0, "cuda (NVIDIA H100)")
+    rows = [{"label": "GRU Standard", "status": "ok", "budget_name": "full", "runs": ["a-seed0", "a-seed1"]},
+            {"label": "GRU Approx", "status": "ok", "budget_name": "full", "runs": ["a-seed0"]},     # reused: once
+            {"label": "GRU Simplified", "status": "ok", "budget_name": "full", "runs": ["b-seed0"]},  # a GPU run
+            {"label": "LSTM Standard", "status": "missing data", "budget_name": "", "runs": []}]
+    write_table(tmp_path, "seqlevel-table2", {"table": "seqlevel-table2", "rows": rows})
+    n = len(load_tables()["seqlevel-table2"].rows)
+    assert collect(tmp_path) == {"seqlevel-table2": {"full": 150.0, "full_rows": f"2 of {n}"}}
