@@ -373,7 +373,10 @@ def render(results_dir: Path, figures: str | None = "results/figures", configs: 
            "(a row with numbers per attractor count or per length has one line each) and stated orderings. "
            "A line outside its tolerance (missed, or above the paper) says why in its note where the cause "
            "is known (results/notes/causes.json, citing the evidence); \"why named\" counts those. "
-           "Ablation lines (the paper's setting with one thing changed on purpose) are counted apart.", "",
+           "Ablation lines (the paper's setting with one thing changed on purpose) are counted apart, and "
+           "so each of a paper's numbers is counted once: where several rows read one paper row (the "
+           "authors' code against the paper's text, a setting the paper leaves open, a tuned row beside "
+           "the shared setting), one stands for it and the others are ablations.", "",
            "| table | rows with results | reproduced | within (quick or time-limited) | missed | above the paper | why named | ablations |",
            "|---|---|---|---|---|---|---|---|", *summary, "", *_totals(totals)]
     if stale:
