@@ -148,42 +148,54 @@ _UNITARY: dict = {}
 @kind("unitary-table")
 def unitary_row(ctx: Context, table: Table, row: Row) -> RowResult:
     """Average effect of the row's item (a word, or a matching pair Q(close) Q(open)) in the
-    trained URN; computed once per run for the whole table. Check on pairs: their mean."""
+    trained URN; computed once per run for the whole table. The item is the row's "item_name"
+    (default: its label), so that rows of another model (an ablation's config) can name the
+    same items. Check on pairs, on the last pair row of each model: the mean over its pairs."""
     from ..analysis.unitary_tables import dyck_pairs, item_tokens, urn_tables
+
+    name = row.extra.get("item_name", row.label)
+    analysed: list[str] = []
 
     def effect(run):
         key = (str(run.path), table.id)
+        analysed.append(key[0])
         if key not in _UNITARY:
             trained = _load(run)
             model, vocab, task = trained.model, trained.vocab, trained.task
-            chars = [r.label for r in table.rows if r.extra.get("item", "character") != "pair"]
+            chars = list(dict.fromkeys(r.extra.get("item_name", r.label) for r in table.rows
+                                       if r.extra.get("item", "character") != "pair"))
             items = [(c, item_tokens(c, vocab, task)) for c in chars]
             pairs = dyck_pairs(vocab) if any(r.extra.get("item") == "pair" for r in table.rows) else None
             res = urn_tables(model, vocab, items, pairs)
             _UNITARY[key] = res
         res = _UNITARY[key]
         if row.extra.get("item") == "pair":
-            found = [p for p in res.get("pairs") or [] if p["name"].replace(" ", "") == row.label]
+            found = [p for p in res.get("pairs") or [] if p["name"].replace(" ", "") == name]
         else:
-            found = [i for i in res["items"] if i["name"] == row.label]
+            found = [i for i in res["items"] if i["name"] == name]
         if not found:
-            raise RnnlensError(f"{table.id}: no {row.label!r} in the unitary analysis")
+            raise RnnlensError(f"{table.id}: no {name!r} in the unitary analysis")
         return float(found[0]["average_effect"])
 
     res = per_seed(ctx, row, effect)
     limit = (table.tolerance or {}).get("max_pairs_mean_effect")
-    if row.extra.get("item") == "pair" and limit is not None and row.label == _last_pair(table):
-        means = [r.get("pairs_mean_effect") for k, r in _UNITARY.items() if k[1] == table.id]
+    if row.extra.get("item") == "pair" and limit is not None and row.label == _last_pair(table, row):
+        means = [_UNITARY[(path, table.id)].get("pairs_mean_effect") for path in dict.fromkeys(analysed)]
         means = [m for m in means if m is not None]
         if means:
             m = sum(means) / len(means)
-            res.check_prefix = "matching pairs"
+            res.check_prefix = "matching pairs" + (f", {row.extra['model']}" if row.extra.get("model") else "")
             res.checks.append((f"mean average effect (target < {limit:g})", f"{m:.3f}", m < limit))
     return res
 
 
-def _last_pair(table: Table) -> str | None:
-    pairs = [r.label for r in table.rows if r.extra.get("item") == "pair"]
+def _last_pair(table: Table, row: Row) -> str | None:
+    """The label of the last pair row of the table trained like `row` (same config, same
+    starting weights): the row that carries that model's pairs check."""
+    def model(r):
+        return r.config, r.extra.get("init_from")
+
+    pairs = [r.label for r in table.rows if r.extra.get("item") == "pair" and model(r) == model(row)]
     return pairs[-1] if pairs else None
 
 

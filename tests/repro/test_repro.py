@@ -394,3 +394,28 @@ def test_every_config_resolves_under_the_tiny_slice(budget, tmp_path):
     for name in names:
         cfg = row_config(ctx, name)
         assert cfg.train.epochs == 1 and cfg.model.hidden_size <= 16, name
+
+
+def test_unitary_table_pairs_check_per_model(tmp_path):
+    """urn-table11.2 analyses two models (the paper's 3-TURN and the two-phase ablation): each
+    model's last pair row carries its own pairs check, the mean over that model's pairs only,
+    and the ablation rows read the items they name (item_name), not their labels."""
+    t = TABLES["urn-table11.2"]
+    pairs = [r for r in t.rows if r.extra.get("item") == "pair"]
+    models = {(r.config, r.extra.get("init_from")) for r in pairs}
+    assert len(models) == 2
+    ctx = Context(out=tmp_path, data_dir=None, tiny=True, progress=False, threads=1, configs=REPO / "configs")
+    res = run_table(ctx, t)
+    assert all(r.status == "ok" and r.values for r in res)
+    res = [r for r in res if r.row.extra.get("item") == "pair"]
+    checks = {}
+    for model in models:
+        mine = [r for r in res if (r.row.config, r.row.extra.get("init_from")) == model]
+        carriers = [r for r in mine if r.checks]
+        assert [r.row.label for r in carriers] == [mine[-1].row.label]
+        (what, ours, ok), = carriers[0].checks
+        mean = sum(r.values[0] for r in mine) / len(mine)
+        assert float(ours) == pytest.approx(mean, abs=1e-3) and ok is (mean < 0.2)
+        checks[carriers[0].check_prefix] = float(ours)
+    assert set(checks) == {"matching pairs", "matching pairs, two-phase 3-TURN"}
+    assert checks["matching pairs"] != checks["matching pairs, two-phase 3-TURN"]
