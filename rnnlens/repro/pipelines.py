@@ -153,16 +153,16 @@ def unitary_row(ctx: Context, table: Table, row: Row) -> RowResult:
     same items. Check on pairs, on the last pair row of each model: the mean over its pairs."""
     from ..analysis.unitary_tables import dyck_pairs, item_tokens, urn_tables
 
-    name = row.extra.get("item_name", row.label)
-    analysed: list[str] = []
+    name = _item_name(row)
+    analysed: set[str] = set()            # this row's runs: its pairs check reads only these
 
     def effect(run):
         key = (str(run.path), table.id)
-        analysed.append(key[0])
+        analysed.add(key[0])
         if key not in _UNITARY:
             trained = _load(run)
             model, vocab, task = trained.model, trained.vocab, trained.task
-            chars = list(dict.fromkeys(r.extra.get("item_name", r.label) for r in table.rows
+            chars = list(dict.fromkeys(_item_name(r) for r in table.rows
                                        if r.extra.get("item", "character") != "pair"))
             items = [(c, item_tokens(c, vocab, task)) for c in chars]
             pairs = dyck_pairs(vocab) if any(r.extra.get("item") == "pair" for r in table.rows) else None
@@ -180,13 +180,18 @@ def unitary_row(ctx: Context, table: Table, row: Row) -> RowResult:
     res = per_seed(ctx, row, effect)
     limit = (table.tolerance or {}).get("max_pairs_mean_effect")
     if row.extra.get("item") == "pair" and limit is not None and row.label == _last_pair(table, row):
-        means = [_UNITARY[(path, table.id)].get("pairs_mean_effect") for path in dict.fromkeys(analysed)]
+        means = [_UNITARY[(path, table.id)].get("pairs_mean_effect") for path in sorted(analysed)]
         means = [m for m in means if m is not None]
         if means:
             m = sum(means) / len(means)
             res.check_prefix = "matching pairs" + (f", {row.extra['model']}" if row.extra.get("model") else "")
             res.checks.append((f"mean average effect (target < {limit:g})", f"{m:.3f}", m < limit))
     return res
+
+
+def _item_name(row: Row) -> str:
+    """The item a unitary-table row reads: its "item_name", or its label."""
+    return row.extra.get("item_name", row.label)
 
 
 def _last_pair(table: Table, row: Row) -> str | None:
