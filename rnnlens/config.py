@@ -530,6 +530,17 @@ def parse_flag(text: str, hint, where: str):
     raise RnnlensError(f"{where} must be {_kind(base)}{' or none' if optional else ''}, got {text!r}")
 
 
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """json.loads' object hook: a key given twice in one object is an error (JSON itself would
+    keep the last one, silently)."""
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"the key {k!r} appears twice in one object")
+        out[k] = v
+    return out
+
+
 def load_config_file(path: str | Path, budget: str | None = None) -> Config:
     p = Path(path)
     try:
@@ -541,7 +552,7 @@ def load_config_file(path: str | Path, budget: str | None = None) -> Config:
             import tomllib  # Python >= 3.11
             d = tomllib.loads(text)
         else:
-            d = json.loads(text)
+            d = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except ImportError:
         raise RnnlensError("TOML configs need Python >= 3.11; use JSON") from None
     except Exception as e:  # the parsers' own error types differ

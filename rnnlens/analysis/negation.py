@@ -35,6 +35,10 @@ from .polarity import phrase_scores
 
 FORMS = ("X", "not X", "very X", "not not X")
 POLARITIES = ("positive", "negative")
+# What else an adjectives file may hold: what `rnnlens negation` writes beside the two lists
+# (its adjectives.json can be given back with --adjectives).
+ADJECTIVE_DETAILS = ("counts", "polarity", "candidates", "instances", "settings")
+ADJECTIVE_EXTRAS = ADJECTIVE_DETAILS + ("source", "models")
 # Class names read as sentiment (lowercased). SST-5's "very ..." classes count with their side.
 POSITIVE_NAMES = frozenset({"positive", "pos", "very positive"})
 NEGATIVE_NAMES = frozenset({"negative", "neg", "very negative"})
@@ -196,18 +200,25 @@ class Adjectives:
         """{"positive": [...], "negative": [...]} (other keys optional), checked."""
         if not isinstance(d, dict) or not all(isinstance(d.get(k), list) for k in POLARITIES):
             raise RnnlensError(f"{where}: expected a JSON object with lists 'positive' and 'negative'")
+        extra = sorted(set(d) - set(POLARITIES) - set(ADJECTIVE_EXTRAS))
+        if extra:
+            raise RnnlensError(f"{where}: unknown key(s) {', '.join(map(repr, extra))} (expected 'positive' and "
+                               f"'negative', and optionally {', '.join(map(repr, ADJECTIVE_EXTRAS))})")
         lists = {}
         for k in POLARITIES:
             bad = [w for w in d[k] if not isinstance(w, str) or not w.strip()]
             if bad:
                 raise RnnlensError(f"{where}: '{k}' must hold non-empty strings, found {bad[0]!r}")
+            bad = [w for w in d[k] if len(w.split()) > 1]
+            if bad:
+                raise RnnlensError(f"{where}: '{k}' must hold single words (the study negates and "
+                                   f"intensifies each one), found {bad[0].strip()!r}")
             lists[k] = list(dict.fromkeys(w.strip() for w in d[k]))
         both = sorted(set(lists["positive"]) & set(lists["negative"]))
         if both:
             raise RnnlensError(f"{where}: word(s) listed as both positive and negative: {', '.join(both)}")
         return cls(lists["positive"], lists["negative"],
-                   **{k: d[k] for k in ("counts", "polarity", "candidates", "instances", "settings")
-                      if isinstance(d.get(k), dict)})
+                   **{k: d[k] for k in ADJECTIVE_DETAILS if isinstance(d.get(k), dict)})
 
 
 def _side(spec: Collection | Callable) -> Callable:

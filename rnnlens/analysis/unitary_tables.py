@@ -127,6 +127,7 @@ def urn_tables(model, vocab, items: Sequence[tuple[str, list[str]]],
     W = word_matrices(model, vocab=vocab, words=words).double().cpu()
     Qw = dict(zip(words, W))
     P, why = _readout(model, n)
+    asked = dims
     if P is not None:
         rank = int(torch.linalg.matrix_rank(P))
         dims = min(dims, rank)
@@ -153,7 +154,7 @@ def urn_tables(model, vocab, items: Sequence[tuple[str, list[str]]],
     fro = frobenius_table(torch.stack(mats), names, squared=True)
     res = {"cell": "urn", "hidden_size": n, "truncation": cell.truncation,
            "order": "a phrase w1..wm is Q(wm)...Q(w1) (h_t = Q(x_t) h_{t-1})",
-           "projection": ({"dims": dims, "rows": int(P.shape[0]),
+           "projection": ({"dims": dims, "dims_asked": asked, "rows": int(P.shape[0]),
                            "basis": "top right singular vectors of the prediction layer's weight rows"}
                           if P is not None else {"dims": None, "why_not": why}),
            "items": list(rows),
@@ -208,6 +209,8 @@ def format_tables(res: dict, model: str = "") -> str:
              "effect = average effect ||Q - I||_F^2; angles = signature, rotation angles largest first; "
              + (f"projection = U^T Q U onto the {pj['dims']}-dim subspace of the prediction layer's "
                 f"{pj['rows']} rows (top-left: the direction it reads most; identity: no direct effect)"
+                + (f"; {pj['dims_asked']} dimensions asked, but the layer's weight has rank {pj['dims']}"
+                   if pj.get("dims_asked", pj["dims"]) > pj["dims"] else "")
                 if pj["dims"] else f"no projection: {pj['why_not']}"),
              ""]
     lines += _item_table(res["items"], "item")

@@ -41,7 +41,11 @@ def read_texts(lines: Iterable[str], fmt: str = "auto", name: str = "input") -> 
         if fmt == "lines":
             yield no, line
         elif fmt == "tsv":
-            yield no, line.rsplit("\t", 1)[-1]
+            cols = line.split("\t")
+            if len(cols) > 2:
+                raise RnnlensError(f"{name}:{no}: expected the text or label<TAB>text, found {len(cols)} "
+                                   f"tab-separated columns")
+            yield no, cols[-1]
         else:
             try:
                 obj = json.loads(line)
@@ -199,7 +203,9 @@ def file_examples(run: Run, path: str | Path) -> list[Example]:
         for words, tags in read_conll2003(path, scheme=scheme):
             unknown = sorted(set(tags) - set(index))
             if unknown:
-                raise RnnlensError(f"{path}: tag(s) {', '.join(unknown)} are not the model's")
+                kinds = sorted({t.split("-", 1)[-1] for t in unknown})
+                raise RnnlensError(f"{path}: the model has no tag for {', '.join(kinds)} (its tags: "
+                                   f"{', '.join(run.labels)})")
             lower = [w.lower() for w in words] if run.tokenizer.lowercase else list(words)
             out.append(Example(lower, [index[t] for t in tags]))
         if not out:

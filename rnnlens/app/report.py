@@ -258,9 +258,15 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
     model_dir = Path(model_dir)
     run = Run.load(model_dir, data_dir=data_dir)
     texts = list(sentences or [])
+    from ..analysis.sentence import SENTENCE_TOKENS
+
     for s in texts:
-        if not run.tokenize(s):
+        n = len(run.tokenize(s))
+        if not n:
             raise RnnlensError(f"--text {s!r} has no tokens: nothing to explain")
+        if n > SENTENCE_TOKENS:
+            raise RnnlensError(f"a --text has {n:,} tokens, more than the {SENTENCE_TOKENS} a sentence is explained "
+                               "up to (every n-gram of it); explain a long document with `rnnlens explain --file`")
 
     def say(msg: str) -> None:
         if progress:

@@ -10,9 +10,6 @@ from ..errors import RnnlensError
 from ..outfiles import check_new_file, check_not_an_input
 from .common import _load_run, warn_unknown
 
-STREAM_TOKENS = 400       # a sentence (TEXT) up to this; a longer text is a document (--file)
-
-
 DOCUMENT_CHUNK = 2048     # tokens of a document in one linear view (memory per chunk, not per document)
 
 
@@ -42,6 +39,7 @@ def cmd_explain(args) -> int:
     tokens = run.tokenize(text)
     if not tokens:
         raise RnnlensError("the text is empty: nothing to explain")
+    from ..analysis.sentence import SENTENCE_TOKENS as STREAM_TOKENS     # a longer text is a document (--file)
     labels = run.labels
     if args.file is None and len(tokens) > STREAM_TOKENS:
         raise RnnlensError(f"the text has {len(tokens):,} tokens, more than the {STREAM_TOKENS} a sentence is "

@@ -75,7 +75,8 @@ def add_parser(sub) -> None:
                    "split into characters, so '()' is ( then ); start an item that begins with - with a space "
                    "(' -+'). Default: Dyck's 10 brackets, a b c d, or the 20 most frequent tokens")
     u.add_argument("--pairs", action="store_true", help="Dyck: add the matching pairs Q(close) Q(open)")
-    u.add_argument("--dims", type=SIZE, default=2, help="size of the prediction subspace (default 2)")
+    u.add_argument("--dims", type=SIZE, default=2, help="size of the prediction subspace (default 2; at most the rank of the prediction layer's "
+                   "weight, which the output says where it caps the number asked)")
     u.add_argument("--out", help="write unitary.json, signatures.png, frobenius.png (and pairs.png) here")
     u.add_argument("--force", action="store_true", help="replace the output folder if it exists")
     u.add_argument("--json", action="store_true", help="machine-readable output")

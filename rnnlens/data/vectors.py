@@ -70,4 +70,7 @@ def load_vectors(path: str | Path, vocab: Vocab, dim: int) -> tuple[torch.Tensor
         raise RnnlensError(f"cannot read {p}: {e}") from None
     if not lines:
         raise RnnlensError(f"embeddings file {p} is empty")
+    if not found:
+        raise RnnlensError(f"embeddings file {p} has a vector for no word of the vocabulary (expected lines of "
+                           f"a word and its {dim} values, separated by spaces)")
     return out, len(found)

@@ -123,6 +123,9 @@ def test_eval_on_a_file_with_the_per_class_report(classifier, tmp_path, capsys, 
     # a split of its own data, from this other folder: the relative training paths still resolve
     assert main(["eval", "--model", str(classifier)]) == 0
     assert "confusion matrix" in capsys.readouterr().out
+    (tmp_path / "three.tsv").write_text("pos\ta fine film\nneg\tawful\tacting\n")
+    assert main(["predict", "--model", str(classifier), str(tmp_path / "three.tsv")]) == 2
+    assert "three.tsv:2: expected the text or label<TAB>text, found 3" in capsys.readouterr().err
     (tmp_path / "bad.tsv").write_text("maybe\tsomething\n")
     assert main(["eval", "--model", str(classifier), "--test-file", "bad.tsv"]) == 2
     assert "do not occur in the training data" in capsys.readouterr().err
@@ -144,6 +147,12 @@ def test_a_tagger_predicts_tags_and_evaluates_a_conll_file(tagger, tmp_path, cap
     src = tagger.parent / "conll2003" / "eng.testb"
     assert main(["eval", "--model", str(tagger), "--test-file", str(src), "--json"]) == 0
     assert 0.0 <= json.loads(capsys.readouterr().out)["f1"] <= 1.0
+    # a tag the model lacks is named by its entity type, as the file writes it (the model's
+    # IOBES tags are converted from the file's BIO ones)
+    (tmp_path / "new.txt").write_text("-DOCSTART- -X- O O\n\nJohn NNP I-NP B-BOGUS\nlives VBZ I-VP O\n")
+    assert main(["eval", "--model", str(tagger), "--test-file", str(tmp_path / "new.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "the model has no tag for BOGUS (its tags: " in err and "S-BOGUS" not in err
     assert main(["predict", "--model", str(tagger), str(tmp_path / "s.txt"), "--explain", "3"]) == 2
     assert "sentence-level" in capsys.readouterr().err
 

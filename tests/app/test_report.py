@@ -258,6 +258,8 @@ def test_report_errors_are_one_line(tsv_model, tsv_report, tmp_path, capsys):
                        "does not exist")
     assert_clean_error(*run(capsys, "report", "--model", str(tsv_model), "--out", str(tmp_path / "o"),
                             "--text", " ")[::2], "no tokens")
+    assert_clean_error(*run(capsys, "report", "--model", str(tsv_model), "--out", str(tmp_path / "o"),
+                            "--text", "good " * 401)[::2], "401 tokens", "rnnlens explain --file")
     assert_clean_error(*run(capsys, "report", "--model", str(tsv_model), "--out", str(tsv_report))[::2], "--force")
     assert_clean_error(*run(capsys, "report", "--model", str(tsv_model), "--out", str(tmp_path / "o"),
                             "--samples", "-1")[::2], ">= 0")

@@ -210,7 +210,10 @@ def test_bad_tsv_file(tmp_path, capsys, train, dev, needles):
     (b'{"train": {"epochs": "many"}}', ["c.json", "train.epochs"]),
     (pickle.dumps({"model": {}}), ["c.json"]),
     (b"[" * 100_000, ["c.json", "not valid JSON"]),
-], ids=["empty", "syntax", "encoding", "not-mapping", "version", "section", "type", "pickle", "deep"])
+    (b'{"data": {"corpus": "sst2"}, "data": {"corpus": "mpqa"}}', ["c.json", "'data' appears twice"]),
+    (b'{"model": {"cell": "gru", "cell": "lstm"}}', ["c.json", "'cell' appears twice"]),
+], ids=["empty", "syntax", "encoding", "not-mapping", "version", "section", "type", "pickle", "deep", "dup-section",
+        "dup-field"])
 def test_bad_config_file(tmp_path, capsys, content, needles):
     (tmp_path / "c.json").write_bytes(content)
     assert_clean_error(*run(capsys, "train", "--config", tmp_path / "c.json", "--out", tmp_path / "o", "--quiet")[::2],
@@ -224,9 +227,10 @@ def test_bad_config_file(tmp_path, capsys, content, needles):
     ("v.txt", "film " + " ".join(["nan"] * 8) + "\n", ["v.txt:1:", "nan or inf"]),
     ("v.txt", "film " + " ".join(["1e60"] * 8) + "\n", ["v.txt:1:", "nan or inf"]),
     ("v.txt", "", ["v.txt", "empty"]),
+    ("v.txt", "qqqq " + " ".join(["1"] * 8) + "\n\xe9\xe8 x y\n", ["v.txt", "no word of the vocabulary"]),
     ("v.txt.gz", gzip.compress(("film " + " ".join(["1"] * 8) + "\n").encode() * 40)[:30], ["v.txt.gz", "cannot read"]),
     ("v.vec", gzip.compress(("film " + " ".join(["1"] * 8) + "\n").encode() * 40)[:30], ["v.vec", "cannot read"]),
-], ids=["dims", "number", "nan", "overflow", "empty", "truncated-gz", "gz-by-content"])
+], ids=["dims", "number", "nan", "overflow", "empty", "no-word", "truncated-gz", "gz-by-content"])
 def test_bad_embeddings_file(tmp_path, capsys, name, content, needles):
     f = tmp_path / name
     f.write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -241,7 +245,9 @@ def test_bad_embeddings_file(tmp_path, capsys, name, content, needles):
     (b'{"positive": "good", "negative": []}', ["adj.json", "'positive' and 'negative'"]),
     (b'{"positive": [], "negative": []}', ["adj.json", "empty"]),
     (b'{"positive": ["good", 3], "negative": []}', ["adj.json", "non-empty strings"]),
-], ids=["empty", "encoding", "syntax", "shape", "no-words", "not-strings"])
+    (b'{"positive": ["good"], "negative": ["bad"], "neutral": ["x"]}', ["adj.json", "unknown key", "'neutral'"]),
+    (b'{"positive": ["very good"], "negative": ["bad"]}', ["adj.json", "single words", "'very good'"]),
+], ids=["empty", "encoding", "syntax", "shape", "no-words", "not-strings", "unknown-key", "phrase"])
 def test_bad_adjectives_file(tmp_path, capsys, content, needles):
     (tmp_path / "adj.json").write_bytes(content)
     assert_clean_error(*run(capsys, "negation", "--model", tmp_path / "unused", "--adjectives", tmp_path / "adj.json")[::2],

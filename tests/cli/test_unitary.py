@@ -104,6 +104,19 @@ def test_errors_are_one_line(urn_dir, tmp_path, capsys):
     assert_clean_error(*run(capsys, "unitary", "--model", urn_dir, "--dims", "0")[::2], "--dims")
 
 
+def test_dims_beyond_the_rank_are_capped_and_said(urn_dir, capsys):
+    model, _, _, _ = load_checkpoint(urn_dir)
+    rank = int(torch.linalg.matrix_rank(model.readout_weight.detach().double()))
+    code, out, _ = run(capsys, "unitary", "--model", urn_dir, "--dims", "100", "--json")
+    assert code == 0
+    pj = json.loads(out)["projection"]
+    assert pj["dims"] == rank < 100 and pj["dims_asked"] == 100
+    code, text, _ = run(capsys, "unitary", "--model", urn_dir, "--dims", "100")
+    assert code == 0 and f"100 dimensions asked, but the layer's weight has rank {rank}" in text
+    code, text, _ = run(capsys, "unitary", "--model", urn_dir, "--dims", "1")
+    assert code == 0 and "asked" not in text
+
+
 def test_a_hand_set_rotation_shows_its_angles(urn_dir, tmp_path, capsys):
     """Embedding row = the triangle (0,1) (0,2) (0,3) (1,2) (1,3) (2,3) of T, S = T - T^T:
     T[0,1] = a, T[2,3] = b turn the planes (e0, e1) by a and (e2, e3) by b."""

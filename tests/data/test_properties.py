@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rnnlens.cli import main
-from rnnlens.data.tokenize import Tokenizer
+from rnnlens.data.tokenize import Tokenizer, clean_text
 from rnnlens.data.vocab import Vocab
 from rnnlens.errors import RnnlensError
 from tests.support import FIXTURES as FIX
@@ -42,8 +42,9 @@ def test_tokenizer_never_fails_and_gives_nonempty_tokens_without_whitespace(text
 @given(TEXT, st.booleans())
 def test_tokenizer_keeps_every_character_but_whitespace(text, lowercase):
     """The documented round trip: tokens are a partition of the (lowercased) text's
-    non-whitespace characters, in order; without split_punct they are str.split()'s."""
-    low = text.lower() if lowercase else text
+    non-whitespace characters, in order, a lone surrogate read as U+FFFD (clean_text); without
+    split_punct they are str.split()'s."""
+    low = clean_text(text.lower() if lowercase else text)
     assert "".join(Tokenizer(lowercase=lowercase)(text)) == "".join(c for c in low if not c.isspace())
     assert Tokenizer(lowercase=lowercase, split_punct=False)(text) == low.split()
 
