@@ -193,3 +193,18 @@ def test_profile_cell_reports_calls_and_launches(capsys):
     out = capsys.readouterr().out
     for name in ("gru", "rrnn-b"):
         assert f"## {name}: " in out and " ms a step (median of 1), " in out and " operator calls, " in out
+
+
+def test_lm_head_benchmark_times_both_paths_and_restores_the_head(capsys):
+    import sys as _sys
+    from rnnlens.heads.lm import LMHead
+    before = (LMHead.forward, LMHead.nll_sum)
+    _sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks import lm_head
+        lm_head.main(["--hidden", "8", "--vocab", "50", "--rounds", "1", "--threads", "1"])
+    finally:
+        _sys.path.remove(str(REPO))
+    assert (LMHead.forward, LMHead.nll_sum) == before
+    out = capsys.readouterr().out
+    assert "lstm LM, hidden 8, vocabulary 50" in out and "plain / rnnlens" in out
