@@ -111,8 +111,16 @@ def _mask_arg(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     return like.new_empty(0, dtype=torch.bool) if mask is None else mask.to(torch.bool).contiguous()
 
 
-def _keep_products(B: int, T: int) -> bool:
-    return B * T < KEEP_PRODUCT_POSITIONS
+def _keep_products(B: int, T: int, backward: bool) -> bool:
+    """Whether the C++ forward keeps its step products: only for a backward, and short inputs."""
+    return backward and B * T < KEEP_PRODUCT_POSITIONS
+
+
+def _backward_follows(*tensors) -> bool:
+    """Whether autograd will record the scan (grad mode on and an input that needs a gradient):
+    without that (evaluation, prediction, explanation) the forward keeps nothing for a backward
+    (the step products of a batch of 32 reviews of 800 tokens at hidden 300 are 123 MB)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def _none(like: torch.Tensor) -> torch.Tensor:
@@ -178,12 +186,12 @@ class _StructuredScan(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, g, W, coef, diag, s0, mask):
+    def forward(ctx, g, W, coef, diag, s0, mask, backward=True):
         B, T, H = g.shape
         U = None
         if _native(g):
             states, U = torch.ops.rnnlens_affine_scan.structured_forward(
-                g, W, coef, diag, s0, _mask_arg(mask, g), _keep_products(B, T), onednn_applies(g, W))
+                g, W, coef, diag, s0, _mask_arg(mask, g), _keep_products(B, T, backward), onednn_applies(g, W))
             ctx.save_for_backward(W, coef, diag, s0, states, U)
             ctx.mask = mask
             return states
@@ -209,7 +217,7 @@ class _StructuredScan(torch.autograd.Function):
         if kept is not None and kept.numel():
             # the kept products: every batched gradient in one C++ pass, then dW in one product
             dcoef, ddiag, G, prev = torch.ops.rnnlens_affine_scan.structured_grads(d_in, states, s0, kept, coef)
-            return d_in, mm_t(G.view(B * T, K * H), prev.view(B * T, H)), dcoef, ddiag, delta, None
+            return d_in, mm_t(G.view(B * T, K * H), prev.view(B * T, H)), dcoef, ddiag, delta, None, None
         prev = torch.cat([s0[:, None], states[:, :-1]], 1)              # s_{t-1}
         ddiag = d_in * prev
         dcoef = torch.empty_like(coef)
@@ -222,7 +230,7 @@ class _StructuredScan(torch.autograd.Function):
             U = mm(p, W.t()).view(B, n, K, H)
             torch.mul(U, d, out=dcoef[:, sl].view(B, n, K, H))
             dW += mm_t(torch.mul(coef3[:, sl], d, out=U).view(B * n, K * H), p)   # U's buffer reused
-        return d_in, dW, dcoef, ddiag, delta, None
+        return d_in, dW, dcoef, ddiag, delta, None, None
 
 
 def structured_scan(g: torch.Tensor, W: torch.Tensor, coef: torch.Tensor, diag: torch.Tensor | None,
@@ -241,7 +249,7 @@ def structured_scan(g: torch.Tensor, W: torch.Tensor, coef: torch.Tensor, diag: 
     if mask is not None:
         g = g * mask[..., None].to(g.dtype)
     with no_autocast(g.device.type):
-        states = _StructuredScan.apply(g, W, coef, diag, s0, mask)
+        states = _StructuredScan.apply(g, W, coef, diag, s0, mask, _backward_follows(g, W, coef, diag, s0))
     return states, states[:, -1]
 
 
@@ -301,13 +309,13 @@ class _LSTMBlockScan(torch.autograd.Function):
     scan; the coefficient and W gradients are batched over blocks of positions."""
 
     @staticmethod
-    def forward(ctx, g, W, f, a_i, a_g, a_o, k, a_f, s0, mask):
+    def forward(ctx, g, W, f, a_i, a_g, a_o, k, a_f, s0, mask, backward=True):
         B, T, S = g.shape
         U = None
         if _native(g):
             states, U = torch.ops.rnnlens_affine_scan.lstm_forward(
                 g, W, f, a_i, a_g, a_o, k, _none(g) if a_f is None else a_f, s0, _mask_arg(mask, g),
-                _keep_products(B, T), onednn_applies(g, W))
+                _keep_products(B, T, backward), onednn_applies(g, W))
             ctx.save_for_backward(W, f, a_i, a_g, a_o, k, a_f, s0, states, U)
             ctx.mask = mask
             return states
@@ -336,7 +344,7 @@ class _LSTMBlockScan(torch.autograd.Function):
             df, dai, dag, dao, dk, daf, G, h_prev = torch.ops.rnnlens_affine_scan.lstm_grads(
                 d_in, states, s0, kept, f, a_i, a_g, a_o, k, _none(f) if a_f is None else a_f)
             dW = mm_t(G.view(B * T, K * H), h_prev.view(B * T, H))
-            return d_in, dW, df, dai, dag, dao, dk, (daf if a_f is not None else None), delta, None
+            return d_in, dW, df, dai, dag, dao, dk, (daf if a_f is not None else None), delta, None, None
         outs = {name: torch.empty_like(f) for name in ("f", "a_i", "a_g", "a_o", "k")}
         if a_f is not None:
             outs["a_f"] = torch.empty_like(f)
@@ -364,7 +372,7 @@ class _LSTMBlockScan(torch.autograd.Function):
             dW += mm_t(_lstm_gate_grads(du, dh, a_i[at], a_g[at], a_o[at], None if a_f is None else a_f[at])
                         .reshape(B * n, K * H), h_prev)
         return (d_in, dW, outs["f"], outs["a_i"], outs["a_g"], outs["a_o"], outs["k"], outs.get("a_f"),
-                delta, None)
+                delta, None, None)
 
 
 def lstm_block_scan(view, initial_state: torch.Tensor | None = None):
@@ -388,5 +396,6 @@ def lstm_scan(g, W, f, a_i, a_g, a_o, k, a_f=None, initial_state=None, mask=None
     if mask is not None:
         g = g * mask[..., None].to(g.dtype)
     with no_autocast(g.device.type):
-        states = _LSTMBlockScan.apply(g, W, f, a_i, a_g, a_o, k, a_f, s0, mask)
+        states = _LSTMBlockScan.apply(g, W, f, a_i, a_g, a_o, k, a_f, s0, mask,
+                                      _backward_follows(g, W, f, a_i, a_g, a_o, k, a_f, s0))
     return states, states[:, -1]

@@ -167,3 +167,45 @@ def test_empty_batch_and_no_grad():
     with torch.no_grad():
         out, _ = CELLS["mvma-l"](5, 6)(torch.randn(2, 3, 5))
     assert out.shape == (2, 3, 6)
+
+
+@pytest.mark.parametrize("name", AFFINE)
+def test_a_forward_without_a_backward_keeps_no_products(name, monkeypatch):
+    """Under no_grad (evaluation, prediction), or with no input that needs a gradient, the
+    C++ forward is not asked to keep its step products; the states are the same as in a
+    training forward, which does keep them (short inputs). Cells whose recurrence is not a
+    structured or LSTM-block scan (VM, MM, VA-W, MVM-R, ISAN) only give the same states."""
+    asked = []
+    real = torch.ops.rnnlens_affine_scan if affine._native(torch.zeros(1)) else None
+    if real is None:
+        pytest.skip("the C++ scans are not built here")
+
+    class Spy:
+        def __getattr__(self, op):
+            fn = getattr(real, op)
+
+            def call(*args):
+                if op in ("structured_forward", "lstm_forward"):
+                    asked.append(args[-2])               # keep_u
+                return fn(*args)
+            return call
+
+    monkeypatch.setattr(torch.ops, "rnnlens_affine_scan", Spy(), raising=False)
+    torch.manual_seed(3)
+    cell = CELLS[name](5, 4).double()
+    x = torch.randn(3, 6, 5, dtype=torch.float64)
+    mask = _mask(3, 6, "pads")
+    trained, _ = cell(x, mask)
+    kept = list(asked)
+    asked.clear()
+    with torch.no_grad():
+        evaluated, _ = cell(x, mask)
+    assert (trained - evaluated).abs().max().item() == 0
+    if not kept:
+        assert not asked
+        return
+    assert all(kept) and asked and not any(asked)         # kept for a training forward only
+    cell.requires_grad_(False)
+    asked.clear()
+    cell(x, mask)                                         # nothing needs a gradient
+    assert asked and not any(asked)
