@@ -46,11 +46,11 @@ from ..data.batching import Example, collate
 from ..errors import RnnlensError
 from .attribution import NGramAttribution, ngram_contributions
 from .capture import _eval
+from .exact import secant_gain
 
 # The longest text the command line explains as one sentence (every n-gram of it: a T x T
 # table); longer texts are documents, whose top n-grams are streamed (`rnnlens explain --file`).
 SENTENCE_TOKENS = 400
-from .exact import secant_gain
 
 SEQUENCE_TASKS = ("tag", "lm", "dyck", "crossserial")
 

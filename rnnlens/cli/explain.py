@@ -39,16 +39,16 @@ def cmd_explain(args) -> int:
     tokens = run.tokenize(text)
     if not tokens:
         raise RnnlensError("the text is empty: nothing to explain")
-    from ..analysis.sentence import SENTENCE_TOKENS as STREAM_TOKENS     # a longer text is a document (--file)
+    from ..analysis.sentence import SENTENCE_TOKENS     # a longer text is a document (--file)
     labels = run.labels
-    if args.file is None and len(tokens) > STREAM_TOKENS:
-        raise RnnlensError(f"the text has {len(tokens):,} tokens, more than the {STREAM_TOKENS} a sentence is "
+    if args.file is None and len(tokens) > SENTENCE_TOKENS:
+        raise RnnlensError(f"the text has {len(tokens):,} tokens, more than the {SENTENCE_TOKENS} a sentence is "
                            "explained up to (every n-gram of it); give it with --file to explain it as a document "
                            "(its top n-grams, streamed)")
     if args.file is not None:
         if args.view == "exact":
             raise RnnlensError("--view exact explains sentences (up to "
-                               f"{STREAM_TOKENS} tokens); a document's streamed n-grams use the first-order view")
+                               f"{SENTENCE_TOKENS} tokens); a document's streamed n-grams use the first-order view")
         return _explain_document(args, model, vocab, tokens, labels)
     from ..analysis.sentence import explain_text
 

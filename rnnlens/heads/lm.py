@@ -11,14 +11,12 @@ from ..ops.linear import linear
 from .base import Head
 
 
-def _real(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _real(x: torch.Tensor, mask: torch.Tensor, no_pad: bool) -> torch.Tensor:
     """x[mask]: the rows of x [B,T,...] at the real positions, [N,...]. A batch with no pad
-    (every batch of a token stream but the last) is a view, not a copy: the logits of a
+    (no_pad: every batch of a token stream but the last) is a view, not a copy: the logits of a
     language model are the largest tensor of its step, and their masked copy, and the
     scatter back in its backward, cost about a tenth of it on a CPU."""
-    if bool(mask.all()):
-        return x.reshape(-1, *x.shape[2:])
-    return x[mask]
+    return x.reshape(-1, *x.shape[2:]) if no_pad else x[mask]
 
 
 class LMHead(Head):
@@ -59,10 +57,11 @@ class LMHead(Head):
 
     def nll_sum(self, output: torch.Tensor, batch) -> torch.Tensor:
         m = batch.mask
-        y = _real(batch.targets, m)
+        no_pad = bool(m.all())
+        y = _real(batch.targets, m, no_pad)
         if self.adaptive is not None:  # it returns the mean over the tokens
-            return self.adaptive(_real(output, m), y).loss * y.numel()
-        return F.cross_entropy(_real(output, m), y, reduction="sum")
+            return self.adaptive(_real(output, m, no_pad), y).loss * y.numel()
+        return F.cross_entropy(_real(output, m, no_pad), y, reduction="sum")
 
     def loss(self, output, batch):
         return self.nll_sum(output, batch) / batch.mask.sum().clamp(min=1)
