@@ -49,6 +49,26 @@ BINARY_SENTIMENT_CORPORA = frozenset({"mr", "cr", "mpqa", "imdb"})
 CONTEXT_CELLS = frozenset({"va-w", "va-ew"})
 
 
+# The adjectives the implicit-ngrams paper prints in its Table 9: the examples it gives of
+# the 73 positive and 47 negative adjectives it extracted from SST-2 (the list ends "...").
+# Its notebook keeps a token when textblob's polarity of the lone word passes +-0.2 and
+# textblob's part-of-speech tagger (NLTK's, whose model is a separate download) tags the
+# lone word JJ; extract_adjectives reads the lexicon's JJ senses instead, which lets in more
+# words. `rnnlens negation --adjectives paper-table9` scores these.
+PAPER_TABLE9 = "paper-table9"
+PAPER_TABLE9_POSITIVE = (
+    "outstanding", "ecological", "inventive", "comfortable", "nice", "authentic", "spontaneous", "sympathetic",
+    "lovable", "unadulterated", "controversial", "suitable", "grand", "happy", "enthusiastic", "adventurous",
+    "successful", "noble", "true", "detailed", "sophisticated", "sensational", "exotic", "fantastic", "remarkable",
+    "impressive", "charismatic", "good", "effective", "rich", "popular", "unforgettable", "famous", "comical",
+    "energetic", "ingenious", "extraordinary")
+PAPER_TABLE9_NEGATIVE = (
+    "bad", "tedious", "miserable", "psychotic", "didactic", "inexplicable", "feeble", "sloppy", "disastrous",
+    "stupid", "amateurish", "false", "cynical", "farcical", "terrible", "unhappy", "horrible", "atrocious",
+    "idiotic", "wrong", "pathetic", "angry", "uninspired", "vicious", "unfocused", "unnecessary", "artificial",
+    "troubled", "questionable", "arduous", "stereotypical")
+
+
 # --- the lexicon --------------------------------------------------------------------
 
 def load_lexicon() -> dict[str, float]:
@@ -223,6 +243,11 @@ class Adjectives:
 
 def _side(spec: Collection | Callable) -> Callable:
     return spec if callable(spec) else (lambda lab, s=spec: lab in s)
+
+
+def paper_table9_adjectives() -> Adjectives:
+    """The implicit-ngrams paper's Table 9 adjectives (PAPER_TABLE9_POSITIVE / _NEGATIVE)."""
+    return Adjectives(list(PAPER_TABLE9_POSITIVE), list(PAPER_TABLE9_NEGATIVE))
 
 
 def corpus_adjectives(corpus: str) -> Adjectives | None:

@@ -27,8 +27,12 @@ class NegationStudies:
 
 
 def read_adjectives(path):
-    from ..analysis.negation import Adjectives
+    """The adjectives of a JSON file, or of the built-in name "paper-table9" (the
+    implicit-ngrams paper's Table 9) where no file of that name exists."""
+    from ..analysis.negation import PAPER_TABLE9, Adjectives, paper_table9_adjectives
 
+    if str(path) == PAPER_TABLE9 and not Path(path).exists():
+        return paper_table9_adjectives()
     try:
         d = json.loads(Path(path).read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
@@ -103,7 +107,12 @@ class _AdjectiveSets:
         from ..analysis.negation import corpus_adjectives
 
         if self.given is not None:
-            return self._set("given", str(self.given_path), lambda: self.given)
+            from ..analysis.negation import PAPER_TABLE9
+
+            source = str(self.given_path)
+            if source == PAPER_TABLE9 and not Path(source).exists():
+                source = "the implicit-ngrams paper's Table 9"
+            return self._set("given", source, lambda: self.given)
         built_in = corpus_adjectives(cfg.data.corpus)
         if built_in is not None:      # a corpus made from adjective lists: those lists
             return self._set(f"lists:{cfg.data.corpus}", f"the {cfg.data.corpus} corpus's adjective lists",

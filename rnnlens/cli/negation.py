@@ -68,7 +68,8 @@ def add_parser(sub) -> None:
                        "(implicit-ngrams Section 5.2)")
     n.add_argument("--model", required=True, action="append", help="checkpoint folder (repeat for several)")
     n.add_argument("--data-dir", help="where the training data is now (default: where it was in training)")
-    n.add_argument("--adjectives", help='JSON {"positive": [...], "negative": [...]}: skip the extraction')
+    n.add_argument("--adjectives", help='JSON {"positive": [...], "negative": [...]}, or paper-table9 (the '
+                   "implicit-ngrams paper's Table 9 adjectives): skip the extraction")
     n.add_argument("--form", action="append", help="phrase form with X for the adjective, repeatable "
                    "(default: 'X', 'not X', 'very X', 'not not X')")
     n.add_argument("--score", default="auto", choices=["auto", "ngram", "context"],

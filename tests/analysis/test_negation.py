@@ -362,3 +362,30 @@ def test_extraction_on_sst2(shared_data, lexicon):
     assert {"good", "great", "enjoyable"} <= set(adj.positive)
     assert {"bad", "dull", "tedious"} <= set(adj.negative)
     assert adj.positive[0] == "good" and adj.negative[0] == "bad"
+
+
+def test_the_papers_table9_adjectives_are_built_in(tsv_model, tmp_path, capsys):
+    """--adjectives paper-table9 scores the implicit-ngrams paper's Table 9 list (37 positive,
+    31 negative as printed) without a file; a file of that name still wins."""
+    from rnnlens.analysis.negation import PAPER_TABLE9_NEGATIVE, PAPER_TABLE9_POSITIVE, paper_table9_adjectives
+    from rnnlens.app.negation import read_adjectives
+
+    assert len(PAPER_TABLE9_POSITIVE) == len(set(PAPER_TABLE9_POSITIVE)) == 37
+    assert len(PAPER_TABLE9_NEGATIVE) == len(set(PAPER_TABLE9_NEGATIVE)) == 31
+    assert not set(PAPER_TABLE9_POSITIVE) & set(PAPER_TABLE9_NEGATIVE)
+    pos, neg = paper_table9_adjectives()
+    assert ("good" in pos and "nice" in pos) and ("bad" in neg and "tedious" in neg)
+    code, stdout, _ = _run(capsys, "negation", "--model", str(tsv_model), "--adjectives", "paper-table9",
+                           "--form", "X", "--form", "not X")
+    assert code == 0 and "adjectives from the implicit-ngrams paper's Table 9: 37 positive" in stdout
+    assert "not in the vocabulary, skipped" in stdout        # the toy vocabulary has few of them
+    own = tmp_path / "paper-table9"
+    own.write_text(json.dumps({"positive": ["good"], "negative": ["bad"]}))
+    import os
+
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert read_adjectives("paper-table9").positive == ["good"]
+    finally:
+        os.chdir(here)

@@ -419,3 +419,19 @@ def test_unitary_table_pairs_check_per_model(tmp_path):
         checks[carriers[0].check_prefix] = float(ours)
     assert set(checks) == {"matching pairs", "matching pairs, two-phase 3-TURN"}
     assert checks["matching pairs"] != checks["matching pairs, two-phase 3-TURN"]
+
+
+def test_figure2_table9_rows_score_the_papers_list(tmp_path, shared_data):
+    """The Figure 2 rows marked "adjectives": "paper-table9" score the paper's Table 9 list on
+    the same model as their row (tiny slice), and say so in their note."""
+    t = TABLES["ngrams-figure2"]
+    rows = [r for r in t.rows if r.extra.get("adjectives") == "paper-table9"]
+    assert rows and all(r.extra.get("ablation") for r in rows)
+    plain = {r.label: r for r in t.rows}
+    for r in rows:      # the same config as the row it is the ablation of
+        assert r.config == plain[r.label.split(" (the paper's")[0]].config
+    row = rows[0]
+    ctx = Context(out=tmp_path, data_dir=shared_data, tiny=True, progress=False, threads=1, configs=REPO / "configs")
+    res = run_table(ctx, Table(**{**t.__dict__, "rows": [row]}))
+    assert res[0].status == "ok", res[0]
+    assert "37 positive / 31 negative adjectives of the paper's Table 9" in res[0].note
