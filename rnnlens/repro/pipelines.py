@@ -223,6 +223,9 @@ def negation_row(ctx: Context, table: Table, row: Row) -> RowResult:
 
     if row.config is None:
         return RowResult(row, status="no config", note=row.note)
+    if row.extra.get("adjectives") not in (None, PAPER_TABLE9):
+        raise RnnlensError(f"{table.id}: row {row.label!r} names adjectives {row.extra['adjectives']!r}; "
+                           f"the only list built in is {PAPER_TABLE9!r}")
 
     def medians(run):
         trained = _load(run)

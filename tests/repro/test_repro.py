@@ -435,3 +435,16 @@ def test_figure2_table9_rows_score_the_papers_list(tmp_path, shared_data):
     res = run_table(ctx, Table(**{**t.__dict__, "rows": [row]}))
     assert res[0].status == "ok", res[0]
     assert "37 positive / 31 negative adjectives of the paper's Table 9" in res[0].note
+
+
+def test_a_figure2_row_naming_an_unknown_adjective_list_is_refused(tmp_path, shared_data):
+    from dataclasses import replace
+
+    from rnnlens.errors import RnnlensError
+
+    t = TABLES["ngrams-figure2"]
+    row = next(r for r in t.rows if r.extra.get("adjectives") == "paper-table9")
+    bad = replace(row, extra={**row.extra, "adjectives": "paper-table8"})
+    ctx = Context(out=tmp_path, data_dir=shared_data, tiny=True, progress=False, threads=1, configs=REPO / "configs")
+    with pytest.raises(RnnlensError, match="only list built in is 'paper-table9'"):
+        run_table(ctx, Table(**{**t.__dict__, "rows": [bad]}))
