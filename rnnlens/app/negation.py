@@ -26,12 +26,19 @@ class NegationStudies:
     report: dict
 
 
+def _built_in(path) -> bool:
+    """Does --adjectives name the built-in "paper-table9" list (no file of that name here)?"""
+    from ..analysis.negation import PAPER_TABLE9
+
+    return str(path) == PAPER_TABLE9 and not Path(path).exists()
+
+
 def read_adjectives(path):
     """The adjectives of a JSON file, or of the built-in name "paper-table9" (the
     implicit-ngrams paper's Table 9) where no file of that name exists."""
-    from ..analysis.negation import PAPER_TABLE9, Adjectives, paper_table9_adjectives
+    from ..analysis.negation import Adjectives, paper_table9_adjectives
 
-    if str(path) == PAPER_TABLE9 and not Path(path).exists():
+    if _built_in(path):
         return paper_table9_adjectives()
     try:
         d = json.loads(Path(path).read_text(encoding="utf-8-sig"))
@@ -107,11 +114,7 @@ class _AdjectiveSets:
         from ..analysis.negation import corpus_adjectives
 
         if self.given is not None:
-            from ..analysis.negation import PAPER_TABLE9
-
-            source = str(self.given_path)
-            if source == PAPER_TABLE9 and not Path(source).exists():
-                source = "the implicit-ngrams paper's Table 9"
+            source = "the implicit-ngrams paper's Table 9" if _built_in(self.given_path) else str(self.given_path)
             return self._set("given", source, lambda: self.given)
         built_in = corpus_adjectives(cfg.data.corpus)
         if built_in is not None:      # a corpus made from adjective lists: those lists

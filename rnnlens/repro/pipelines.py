@@ -223,6 +223,7 @@ def negation_row(ctx: Context, table: Table, row: Row) -> RowResult:
 
     if row.config is None:
         return RowResult(row, status="no config", note=row.note)
+    listed = row.extra.get("adjectives") == PAPER_TABLE9     # the paper's printed list, not extracted
     if row.extra.get("adjectives") not in (None, PAPER_TABLE9):
         raise RnnlensError(f"{table.id}: row {row.label!r} names adjectives {row.extra['adjectives']!r}; "
                            f"the only list built in is {PAPER_TABLE9!r}")
@@ -231,7 +232,7 @@ def negation_row(ctx: Context, table: Table, row: Row) -> RowResult:
         trained = _load(run)
         model, cfg, vocab = trained.model, trained.config, trained.vocab
         sides = sentiment_sides(trained.task, trained.labels, cfg.data.corpus)
-        if row.extra.get("adjectives") == PAPER_TABLE9:      # the paper's printed list, not extracted
+        if listed:
             adj = paper_table9_adjectives()
         else:
             adj = extract_adjectives(trained.split("train"), sides.is_positive, sides.is_negative, load_lexicon())
@@ -254,7 +255,7 @@ def negation_row(ctx: Context, table: Table, row: Row) -> RowResult:
         flips, counts = v.pop("_flips"), v.pop("_counts")
         res.note = (f"{counts['positive']} positive / {counts['negative']} negative adjectives "
                     + ("of the paper's Table 9 (the examples it prints of its 73 / 47)"
-                       if row.extra.get("adjectives") == PAPER_TABLE9 else "(the paper: 73 / 47)"))
+                       if listed else "(the paper: 73 / 47)"))
         want = row.extra.get("paper_flips") or {}
         for pol in ("positive", "negative"):
             got = flips.get(pol)
