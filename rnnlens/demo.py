@@ -7,7 +7,6 @@ implicit-ngrams paper's Figure 6).
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from .train.checkpoint import output_dir
 from .config import Config
 from .train.run import train_run
 from .viz import plots, report
+from .outfiles import json_text
 
 BARS_SENTENCE = "those filmmakings were not not charming"
 HEATMAP_SENTENCE = "the actors were really not dull but the plot was not interesting"
@@ -83,7 +83,7 @@ def run_demo(out: str | Path, force: bool = False, cell: str = "gru", seed: int 
             "bars": {"sentence": BARS_SENTENCE, "ngrams": names, "scores": [float(bars.polarity[end][i]) for i in range(T)]},
             "seconds": round(time.perf_counter() - t0, 2),
         }
-        (tmp / "summary.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+        (tmp / "summary.json").write_text(json_text(result, indent=2), encoding="utf-8")
         (tmp / "report.html").write_text(_report_html(result, rows, tmp), encoding="utf-8")
     return result
 

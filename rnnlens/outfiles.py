@@ -13,6 +13,9 @@ replaced by a regular file; a path that names a folder is an error.
 """
 from __future__ import annotations
 
+import json
+import math
+import numbers
 import os
 import socket
 import tempfile
@@ -226,3 +229,36 @@ def replacing(path: str | Path, suffix: str = ".tmp"):
             tmp.replace(path)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+# --- JSON that every reader can parse ------------------------------------------------------
+
+def finite(value):
+    """value with every NaN or infinite float made None, in dicts, lists and tuples at any
+    depth: JSON has no NaN, so a diverged run's loss or a non-finite probability is written
+    null, and the file stays JSON that jq, JavaScript or any strict reader parses."""
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        return value if math.isfinite(float(value)) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def json_text(value, **kwargs) -> str:
+    """json.dumps of finite(value): strict JSON (non-finite numbers written null)."""
+    return json.dumps(finite(value), allow_nan=False, **kwargs)
+
+
+METRIC_PREFIXES = ("train_", "dev_", "test_")
+
+
+def metric_record(record):
+    """A training-log or test record read back from JSON: its metrics (keys train_*, dev_*,
+    test_*) that were written null, being NaN or infinite, are NaN again, so a diverged run
+    reads as diverged and not as a run with no metric. Anything else is returned as it is."""
+    if not isinstance(record, dict):
+        return record
+    return {k: (math.nan if v is None and isinstance(k, str) and k.startswith(METRIC_PREFIXES) else v)
+            for k, v in record.items()}

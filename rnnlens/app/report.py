@@ -29,6 +29,7 @@ from ..viz import report as R
 from .report_sections import (
     SENTENCE_TASKS, curves, explain_sentence, faithfulness_section, model_card, negation_section, note,
     sample_html, section, skipped, tsne_section)
+from ..outfiles import finite, json_text, metric_record
 
 
 # --- inputs ---------------------------------------------------------------------------------
@@ -48,6 +49,7 @@ def read_training_log(path: Path) -> tuple[list[dict], dict | None, list[str]]:
             continue
         if not isinstance(r, dict):
             continue
+        r = metric_record(r)
         if r.get("split") == "test":
             test = r
         elif "epoch" in r:
@@ -232,7 +234,7 @@ def _write(out_dir: Path, force: bool, page: str, result: dict) -> None:
 
     with output_dir(out_dir, force=force) as tmp:
         (tmp / "report.html").write_text(page, encoding="utf-8")
-        (tmp / "report.json").write_text(json.dumps(result, indent=2, default=_json_default), encoding="utf-8")
+        (tmp / "report.json").write_text(json_text(result, indent=2, default=_json_default), encoding="utf-8")
 
 
 def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: int = 4,
@@ -313,7 +315,7 @@ def _toc() -> str:
 
 def _json_default(o):
     if isinstance(o, (np.floating, np.integer)):
-        return o.item()
+        return finite(o.item())
     if isinstance(o, np.ndarray):
         return o.tolist()
     if isinstance(o, (set, frozenset, tuple)):

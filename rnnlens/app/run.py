@@ -15,6 +15,7 @@ from ..data.datasets import Dataset
 from ..data.tokenize import Tokenizer
 from ..data.vocab import Vocab
 from ..errors import RnnlensError
+from ..outfiles import metric_record
 from ..train.checkpoint import load_checkpoint
 
 
@@ -81,7 +82,7 @@ class Run:
             except ValueError:
                 continue
             if isinstance(rec, dict):
-                rows.append(rec)
+                rows.append(metric_record(rec))
         return rows
 
     # --- the data it was trained on ----------------------------------------------------------

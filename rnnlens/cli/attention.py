@@ -1,12 +1,12 @@
 """`rnnlens attention`: what an RM/RMR language model's memory block attends to."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from ..argtypes import COUNT, SEED, SIZE
 from ..errors import RnnlensError
+from ..outfiles import json_text
 
 
 def _lm_corpus_sentences(run) -> dict[str, list[list[str]]]:
@@ -109,7 +109,7 @@ def cmd_attention(args) -> int:
         )
 
         with output_dir(out, force=args.force) as tmp:
-            (tmp / "attention.json").write_text(json.dumps(res, indent=2), encoding="utf-8")
+            (tmp / "attention.json").write_text(json_text(res, indent=2), encoding="utf-8")
             attention_by_position(report.average, tmp / "attention_by_position.png",
                                   "average attention per memory position (recurrent-memory Fig. 3)")
             attention_maps(report.samples, report.offsets, tmp / "attention_maps.png",
@@ -119,7 +119,7 @@ def cmd_attention(args) -> int:
                 dependency_attention_plot(dep.binned(), dep.totals(), tmp / "attention_dependencies.png",
                                           "attention by dependency relation and direction (Fig. 6)")
     if args.json:
-        print(json.dumps(res, indent=2))
+        print(json_text(res, indent=2))
         return 0
     print(format_summary(report))
     if out is not None:

@@ -1,10 +1,10 @@
 """`rnnlens complete`: MSR sentence completion with a language model."""
 from __future__ import annotations
 
-import json
 
 from ..argtypes import COUNT, SIZE
 from ..errors import RnnlensError
+from ..outfiles import json_text
 
 
 def cmd_complete(args) -> int:
@@ -31,7 +31,7 @@ def cmd_complete(args) -> int:
     memory = "none" if cfg.model.memory is None else (
         f"{cfg.model.memory}, {'bidirectional' if cfg.model.memory_bidirectional else 'unidirectional'}")
     if args.json:
-        print(json.dumps({"model": str(args.model), "memory": memory, **res.to_dict(questions)}, indent=2))
+        print(json_text({"model": str(args.model), "memory": memory, **res.to_dict(questions)}, indent=2))
         return 0
     print(f"model {args.model} (memory block: {memory}); {len(questions)} questions")
     print(format_result(res, questions, show=args.show))

@@ -1,12 +1,11 @@
 """`rnnlens eval` and `rnnlens approx-error`: a trained model on a split of its data."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..argtypes import new_file
 from ..errors import RnnlensError
-from ..outfiles import check_new_file
+from ..outfiles import check_new_file, json_text
 from ..metrics import scores_line
 from .common import _load_run
 
@@ -50,7 +49,7 @@ def cmd_eval(args) -> int:
         with replacing(png, suffix=".png") as tmp:
             confusion_matrix(report["labels"], report["confusion"], tmp, f"{run.path.name} on {Path(what).name}")
     if args.json:
-        print(json.dumps({"split" if not args.test_file else "file": what, **scores,
+        print(json_text({"split" if not args.test_file else "file": what, **scores,
                           **({"report": report} if report else {})}))
     else:
         print(f"{what} " + scores_line(scores))
@@ -74,7 +73,7 @@ def cmd_approx_error(args) -> int:
                            f"bidirectional {cfg.model.bidirectional})")
     res = approx_error(run.model, run.batches(args.split))
     if args.json:
-        print(json.dumps({"split": args.split, **res}))
+        print(json_text({"split": args.split, **res}))
     else:
         print(format_report(res, args.split))
     return 0

@@ -1,13 +1,12 @@
 """`rnnlens explain`: the n-grams of a text (or a document, streamed) and their scores."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from ..argtypes import SIZE, new_file
 from ..errors import RnnlensError
-from ..outfiles import check_new_file, check_not_an_input
+from ..outfiles import check_new_file, check_not_an_input, json_text
 from .common import _load_run, warn_unknown
 
 DOCUMENT_CHUNK = 2048     # tokens of a document in one linear view (memory per chunk, not per document)
@@ -58,7 +57,7 @@ def cmd_explain(args) -> int:
     if png is not None:
         _explain_png(ex, png)
     if args.json:
-        print(json.dumps(ex.to_dict(top), indent=2))
+        print(json_text(ex.to_dict(top), indent=2))
         return 0
     print(_explain_text(ex, top))
     if png is not None:
@@ -154,7 +153,7 @@ def _explain_document(args, model, vocab, tokens, labels) -> int:
     top = stream.result()
     rows = [{"start": i, "end": t, "text": " ".join(tokens[i: t + 1]), "score": sc} for sc, i, t in top]
     if args.json:
-        print(json.dumps({"tokens": len(tokens), "target": name, "max_n": args.max_n, "ngrams": rows}, indent=2))
+        print(json_text({"tokens": len(tokens), "target": name, "max_n": args.max_n, "ngrams": rows}, indent=2))
         return 0
     print(f"{len(tokens)} tokens; the {len(rows)} n-grams of at most {args.max_n} tokens with the largest "
           f"|score| toward '{name}' (w^T v(i:t), each n-gram on its own)")
@@ -205,7 +204,7 @@ def _explain_lines(args) -> int:
     records = explain_lines(run, texts, top=args.top or 5, progress=bar.update, view=args.view)
     bar.close()
     with output_dir(out, force=args.force) as tmp:
-        (tmp / "explanations.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+        (tmp / "explanations.jsonl").write_text("".join(json_text(r, ensure_ascii=False) + "\n" for r in records),
                                                 encoding="utf-8")
         (tmp / "explanations.html").write_text(lines_page(records, str(args.model)), encoding="utf-8")
     print(f"explained {len(records)} sentences; wrote {out}/explanations.jsonl and {out}/explanations.html")

@@ -3,9 +3,9 @@ predict what removing the tokens does: AOPC, ERASER comprehensiveness and suffic
 infidelity and Spearman against leave-one-out."""
 from __future__ import annotations
 
-import json
 
 from ..argtypes import SEED, SIZE, new_file
+from ..outfiles import json_text
 
 
 def _json_target(text: str) -> str:
@@ -25,7 +25,7 @@ def cmd_faithfulness(args) -> int:
                             max_sentences=args.sentences, methods=tuple(args.methods) if args.methods else None,
                             metrics=tuple(args.metrics) if args.metrics is not None else None,
                             n_perturb_samples=args.perturb_samples, seed=args.seed, progress=not args.quiet)
-    text = json.dumps(res.to_dict())
+    text = json_text(res.to_dict())
     if args.json == "-":
         print(text)
         return 0

@@ -1,11 +1,11 @@
 """`rnnlens negation`: polarity adjectives, negated and intensified (implicit-ngrams 5.2)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..argtypes import COUNT, NON_NEGATIVE, POSITIVE
 from ..errors import RnnlensError
+from ..outfiles import json_text
 
 
 def _negation_text(sets: list[dict], results: list[dict], forms: list[str]) -> str:
@@ -48,14 +48,14 @@ def cmd_negation(args) -> int:
         from ..viz.plots import negation_boxes
 
         with output_dir(out, force=args.force) as tmp:
-            (tmp / "adjectives.json").write_text(json.dumps(res.adjectives, indent=2), encoding="utf-8")
-            (tmp / "negation.json").write_text(json.dumps(res.report, indent=2), encoding="utf-8")
+            (tmp / "adjectives.json").write_text(json_text(res.adjectives, indent=2), encoding="utf-8")
+            (tmp / "negation.json").write_text(json_text(res.report, indent=2), encoding="utf-8")
             for r in res.results:
                 what = "n-gram" if r["kind"] == "ngram" else "context"
                 negation_boxes(score_groups(r["study"]), tmp / f"negation-{r['name']}.png",
                                f"{r['name']} ({r['cell']}): {what} polarity scores")
     if args.json:
-        print(json.dumps(res.report, indent=2))
+        print(json_text(res.report, indent=2))
         return 0
     print(_negation_text(res.sets, res.results, res.forms))
     if out is not None:

@@ -1,14 +1,12 @@
 """`rnnlens predict`: a trained model on new texts, one JSON record a line."""
 from __future__ import annotations
 
-import json
-import math
 import sys
 from pathlib import Path
 
 from ..argtypes import COUNT, SIZE, THREADS, new_file
 from ..errors import RnnlensError
-from ..outfiles import check_new_file
+from ..outfiles import check_new_file, json_text
 
 CHUNK = 4096          # texts read, predicted and written at a time: memory stays bounded
 
@@ -66,18 +64,6 @@ def _out_target(text: str) -> str | None:
     return None if text == "-" else new_file(text)
 
 
-def _finite(value):
-    """value with every NaN or infinite float made null: JSON has no NaN (a model whose weights
-    went non-finite gives such probabilities), and a JSONL reader must be able to parse the line."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def _stream(predictor, texts, f, quiet: bool) -> int:
     """Predict `texts` chunk by chunk, writing each record as it comes; a progress bar on
     stderr once the input is longer than one chunk."""
@@ -90,7 +76,7 @@ def _stream(predictor, texts, f, quiet: bool) -> int:
     def flush():
         nonlocal n
         for (no, _), rec in zip(chunk, predictor.records([t for _, t in chunk])):
-            f.write(json.dumps(_finite({"line": no, **rec}), ensure_ascii=False) + "\n")
+            f.write(json_text({"line": no, **rec}, ensure_ascii=False) + "\n")
         n += len(chunk)
         if bar is not None:
             bar.update(len(chunk))

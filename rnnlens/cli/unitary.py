@@ -1,11 +1,11 @@
 """`rnnlens unitary`: a URN's words and phrases (unitary-networks Tables 11.1-11.5)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..argtypes import SIZE
 from ..errors import RnnlensError
+from ..outfiles import json_text
 
 
 def cmd_unitary(args) -> int:
@@ -46,7 +46,7 @@ def cmd_unitary(args) -> int:
         from ..viz.plots import distance_heatmap, signature_dials
 
         with output_dir(out, force=args.force) as tmp:
-            (tmp / "unitary.json").write_text(json.dumps(res, indent=2), encoding="utf-8")
+            (tmp / "unitary.json").write_text(json_text(res, indent=2), encoding="utf-8")
             rows = res["items"]
             signature_dials([r["name"] for r in rows], [r["angles_degrees"] for r in rows], tmp / "signatures.png",
                             "signatures: rotation angles (0 degrees up, 90 right, 180 down)", [r["average_effect"] for r in rows])
@@ -57,7 +57,7 @@ def cmd_unitary(args) -> int:
                                 tmp / "pairs.png", "matching pairs Q(close) Q(open) (0 degrees up, 180 down)",
                                 [r["average_effect"] for r in res["pairs"]])
     if args.json:
-        print(json.dumps(res, indent=2))
+        print(json_text(res, indent=2))
         return 0
     print(format_tables(res, str(args.model)))
     if out is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 
 import json
+import math
 import os
 import platform
 import shutil
@@ -24,6 +25,8 @@ import subprocess
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+
+from ..outfiles import json_text, metric_record
 
 RUNS, TABLES = "runs", "tables"
 CAUSES = "notes/causes.json"   # {table: {row label: why the row is outside its tolerance}}
@@ -149,7 +152,7 @@ def write_run(results: Path, run_dir: Path, *, config_file: str, cfg: dict, seed
         shutil.copyfile(metrics, tmp)
         os.chmod(tmp, 0o644)
         os.replace(tmp, folder / "metrics.jsonl")
-    write_atomic(folder / "record.json", json.dumps(rec, indent=1) + "\n")
+    write_atomic(folder / "record.json", json_text(rec, indent=1) + "\n")
     return folder
 
 
@@ -162,7 +165,7 @@ def mark_overrides(results: Path, name: str, overrides: dict | None) -> None:
         return
     head = {k: v for k, v in rec.items() if k not in ("overrides", "test", "config")}
     out = {**head, "overrides": overrides, "test": rec["test"], "config": rec.get("config")}
-    write_atomic(results / RUNS / name / "record.json", json.dumps(out, indent=1) + "\n")
+    write_atomic(results / RUNS / name / "record.json", json_text(out, indent=1) + "\n")
 
 
 def tables_citing(results: Path, run: str, but: str | None = None) -> list[str]:
@@ -183,7 +186,9 @@ def read_run(results: Path | None, name: str) -> dict | None:
         rec = json.loads((results / RUNS / name / "record.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return rec if isinstance(rec, dict) and isinstance(rec.get("test"), dict) else None
+    if not (isinstance(rec, dict) and isinstance(rec.get("test"), dict)):
+        return None
+    return {**rec, "test": metric_record(rec["test"])}
 
 
 def tables_locked(results: Path):
@@ -197,7 +202,7 @@ def tables_locked(results: Path):
 
 def write_table(results: Path, table_id: str, record: dict) -> Path:
     path = results / TABLES / f"{table_id}.json"
-    write_atomic(path, json.dumps(record, indent=1) + "\n")
+    write_atomic(path, json_text(record, indent=1) + "\n")
     return path
 
 
@@ -225,11 +230,37 @@ def read_tables(results: Path) -> dict[str, dict]:
     return out
 
 
+NON_FINITE = ("nan", "inf", "-inf")     # a diverged run's value, kept as text in strict JSON
+
+
+def values_out(v):
+    """A row's value (or list of them) for a table record: a NaN or infinite float (a run
+    that diverged) becomes the text "nan", "inf" or "-inf", so the record stays strict JSON
+    and still tells a diverged run (rendered "diverged") from a missing value (null)."""
+    if isinstance(v, list):
+        return [values_out(x) for x in v]
+    if isinstance(v, dict):
+        return {k: values_out(x) for k, x in v.items()}
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+def values_in(v):
+    """values_out's inverse, for a table record read back."""
+    if isinstance(v, list):
+        return [values_in(x) for x in v]
+    if isinstance(v, dict):
+        return {k: values_in(x) for k, x in v.items()}
+    return float(v) if isinstance(v, str) and v in NON_FINITE else v
+
+
 def _is_value(v) -> bool:
-    """A row's value: a number, None, or a dict of values (per attractor count, length, ...)."""
+    """A row's value: a number, None, one of NON_FINITE, or a dict of values (per attractor
+    count, length, ...)."""
     if isinstance(v, dict):
         return all(isinstance(k, str) and _is_value(x) for k, x in v.items())
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+    return v is None or v in NON_FINITE or (isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
 def _table_problem(rec) -> str | None:

@@ -5,11 +5,12 @@ line per key."""
 from __future__ import annotations
 
 import html
-import json
 import math
 from datetime import datetime, timezone
 
 from . import Table
+from ..outfiles import json_text
+from .records import values_out
 from .run import ABOVE, Context, RowResult, mean_std, tolerance_for, within
 
 
@@ -157,7 +158,7 @@ td.ok{{background:#e3f6e3}}td.off{{background:#fbe3e3}}</style></head>
 
 
 def to_json(table: Table, results: list[RowResult], ctx: Context) -> str:
-    return json.dumps({"table": table.id, "paper": table.paper, "source": table.source, "budget": ctx.budget,
+    return json_text({"table": table.id, "paper": table.paper, "source": table.source, "budget": ctx.budget,
                        "tiny": ctx.tiny, "seeds": ctx.seeds, "metric": table.metric, "tolerance": table.tolerance,
                        "rows": [row_record(r) for r in results],
                        "lines": [{k: v for k, v in line.items() if k not in ("digits", "row_id")}
@@ -169,7 +170,7 @@ def row_record(r: RowResult) -> dict:
     reads it back): runs by folder name, no paths."""
     from pathlib import Path
 
-    return {"label": r.row.label, "status": r.status, "values": r.values, "paper": r.row.paper,
+    return {"label": r.row.label, "status": r.status, "values": values_out(r.values), "paper": r.row.paper,
             "budget": r.budget, "budget_name": r.budget_name, "data_used": r.data_used, "note": r.note,
             "checks": [list(c) for c in r.checks], "check_prefix": r.check_prefix,
             "seconds": round(r.seconds, 1), "runs": [Path(p).name for p in r.runs],

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import Row, Table, load_tables
-from .records import RUNS, read_causes, read_run, read_tables
+from .records import RUNS, read_causes, read_run, read_tables, values_in
 from .render import format_ours, format_value, lines_of
 from .run import ABOVE, RowResult
 
@@ -76,7 +76,7 @@ def _verdict(ok, budget_name: str) -> str:
 
 
 def _result_of(table: Table, row: Row, rec: dict) -> RowResult:
-    return RowResult(row, status=rec.get("status", "ok"), values=list(rec.get("values") or []),
+    return RowResult(row, status=rec.get("status", "ok"), values=values_in(list(rec.get("values") or [])),
                      budget=rec.get("budget", ""), data_used=rec.get("data_used", ""), note=rec.get("note", ""),
                      checks=[tuple(c) for c in rec.get("checks") or []], check_prefix=rec.get("check_prefix"),
                      runs={r: 0.0 for r in rec.get("runs") or []}, budget_name=rec.get("budget_name", ""),

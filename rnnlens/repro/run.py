@@ -20,6 +20,7 @@ from typing import Callable
 
 from ..errors import RnnlensError
 from . import Row, Table
+from ..outfiles import json_text, metric_record
 
 BUDGETS = ("quick", "full")
 
@@ -269,7 +270,7 @@ def train_or_reuse(ctx: Context, config: str, seed: int, overrides: dict | None 
         info = {"config": config, "seed": seed, "budget": tag, "seconds": round(seconds, 1)}
         if start is not None:
             info["init_sha256"] = start
-        (tmp / "repro.json").write_text(json.dumps(info), encoding="utf-8")
+        (tmp / "repro.json").write_text(json_text(info), encoding="utf-8")
     test = _test_record(path)            # the metrics.jsonl record, as a reused run reads it
     if not res.test or test is None:
         raise RnnlensError(f"{config}: the run wrote no test record")
@@ -326,7 +327,7 @@ def reevaluate(ctx: Context, path: Path, old: dict) -> dict:
     new["reevaluated"] = {k: env[k] for k in ("rnnlens", "commit", "torch")}
     log = path / "metrics.jsonl"
     text = log.read_text(encoding="utf-8")
-    write_atomic(log, text + ("" if text.endswith("\n") or not text else "\n") + json.dumps(new) + "\n")
+    write_atomic(log, text + ("" if text.endswith("\n") or not text else "\n") + json_text(new) + "\n")
     return _test_record(path)
 
 
@@ -430,7 +431,7 @@ def _test_record(path: Path) -> dict | None:
         except ValueError:
             return None
         if isinstance(rec, dict) and rec.get("split") == "test":
-            return rec
+            return metric_record(rec)
     return None
 
 
@@ -532,7 +533,7 @@ def data_used_text(cfg) -> str:
 # --- summaries ------------------------------------------------------------------------------
 
 def mean_std(values: list) -> tuple[float | None, float | None]:
-    xs = [v for v in values if isinstance(v, (int, float)) and not math.isnan(v)]
+    xs = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
     if not xs:
         return None, None
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RnnlensError
+from ..outfiles import metric_record
 
 RANGES = ("int", "uniform", "log")
 TINY_TRIALS = 2                       # --tiny: the smoke test tries this many
@@ -106,8 +107,8 @@ def dev_score(run, select: str) -> float:
     except OSError:
         raise RnnlensError(f"{run.path}: no metrics.jsonl to read the development score from") from None
     for line in lines:
-        rec = json.loads(line)
-        if rec.get("epoch") == best and f"dev_{select}" in rec:
+        rec = metric_record(json.loads(line))
+        if isinstance(rec, dict) and rec.get("epoch") == best and f"dev_{select}" in rec:
             return float(rec[f"dev_{select}"])
     raise RnnlensError(f"{run.path}: no dev_{select} at its best epoch ({best})")
 

@@ -11,10 +11,10 @@ without records keeps what timings.json had.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+from ..outfiles import json_text
 from . import load_tables
 from .records import read_run, read_tables
 
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     if not (results / "tables").is_dir():
         print(f"rnnlens: error: {results} holds no tables/ of run records", file=sys.stderr)
         return 2
-    HERE.write_text(json.dumps(collect(results), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    HERE.write_text(json_text(collect(results), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {HERE}")
     return 0
 

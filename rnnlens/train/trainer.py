@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import math
 import random
 import time
@@ -29,6 +28,7 @@ from ..config import TrainConfig, parse_select
 from ..errors import RnnlensError
 from ..metrics import COUNT_KEYS, merge_metrics, scores_line
 from .distributed import OneProcess
+from ..outfiles import json_text
 
 
 def seed_everything(seed: int) -> None:
@@ -135,7 +135,7 @@ class Trainer:
         if self.metrics_path is not None:
             try:
                 with self.metrics_path.open("a", encoding="utf-8") as f:
-                    f.write(json.dumps(record) + "\n")
+                    f.write(json_text(record) + "\n")
             except OSError as e:
                 raise self.write_failed(self.metrics_path, e) from None
 
@@ -238,7 +238,7 @@ class Trainer:
         if self.metrics_path is not None:   # the lines logged after the checkpoint go
             tmp = self.metrics_path.with_name(self.metrics_path.name + ".tmp")
             try:
-                tmp.write_text("".join(json.dumps(r) + "\n" for r in self.history), encoding="utf-8")
+                tmp.write_text("".join(json_text(r) + "\n" for r in self.history), encoding="utf-8")
                 tmp.replace(self.metrics_path)
             except OSError as e:
                 tmp.unlink(missing_ok=True)

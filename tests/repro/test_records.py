@@ -167,6 +167,10 @@ def test_verdicts_quick_is_never_reproduced_and_far_above_is_flagged(tmp_path):
     text, verdicts, _ = table_markdown(t, rec, tmp_path)
     assert verdicts == ["missed", "reproduced"] and "| A |  | 85.00 | diverged (nan) |" in text
     assert "| 84.00 (n=1; 1 of 2 diverged) |" in text
+    rec = _record([_row("A", ["nan"]), _row("B", [84.0, "inf"])])     # as the strict-JSON records keep them
+    text, verdicts, _ = table_markdown(t, rec, tmp_path)
+    assert verdicts == ["missed", "reproduced"] and "| A |  | 85.00 | diverged (nan) |" in text
+    assert "| 84.00 (n=1; 1 of 2 diverged) |" in text
     rec = _record([_row("A", [84.0], "time-limited"), _row("B", [80.0], "time-limited")])
     text, verdicts, _ = table_markdown(t, rec, tmp_path)
     assert verdicts == ["within-quick", "missed"] and "within (time-limited)" in text
