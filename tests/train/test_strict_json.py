@@ -80,3 +80,19 @@ def test_table_records_keep_a_diverged_value_apart_from_a_missing_one():
     assert math.isnan(back[0]) and back[1] is None and back[2] == 81.5
     assert back[3]["1"] == math.inf and back[3]["2"] is None and back[3]["3"] == -math.inf
     assert values_in(["nan text", "x"]) == ["nan text", "x"] and not _is_value("x")
+
+
+def test_every_writer_goes_through_json_text():
+    """The commands, the trainer's log and the run records write JSON only through
+    outfiles.json_text; json.dumps is left to what rnnlens alone reads back (the resume state,
+    messages between ranks, the config and vocabulary files, cache keys, HTML text)."""
+    from tests.support import REPO
+
+    internal = {"config.py", "report_sections.py", "negation.py", "checkpoint.py", "resume.py",
+                "distributed.py", "vocab.py", "records.py", "outfiles.py"}
+    found = []
+    for path in sorted((REPO / "rnnlens").rglob("*.py")):
+        for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "json.dumps(" in line and (path.parent.name == "cli" or path.name not in internal):
+                found.append(f"{path.relative_to(REPO)}:{no}")
+    assert not found, found
