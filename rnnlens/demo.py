@@ -16,9 +16,9 @@ from .data.synthetic import FORMS, NEGATIVE, POSITIVE
 from .data.tokenize import Tokenizer
 from .train.checkpoint import output_dir
 from .config import Config
+from .outfiles import json_text
 from .train.run import train_run
 from .viz import plots, report
-from .outfiles import json_text
 
 BARS_SENTENCE = "those filmmakings were not not charming"
 HEATMAP_SENTENCE = "the actors were really not dull but the plot was not interesting"

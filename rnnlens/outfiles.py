@@ -233,16 +233,19 @@ def replacing(path: str | Path, suffix: str = ".tmp"):
 
 # --- JSON that every reader can parse ------------------------------------------------------
 
-def finite(value):
-    """value with every NaN or infinite float made None, in dicts, lists and tuples at any
-    depth: JSON has no NaN, so a diverged run's loss or a non-finite probability is written
-    null, and the file stays JSON that jq, JavaScript or any strict reader parses."""
+def finite(value, instead=None):
+    """value with every NaN or infinite float made None (or instead(x), where given), in
+    dicts, lists and tuples at any depth: JSON has no NaN, so a diverged run's loss or a
+    non-finite probability is written null, and the file stays JSON that jq, JavaScript or
+    any strict reader parses."""
     if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
-        return value if math.isfinite(float(value)) else None
+        if math.isfinite(float(value)):
+            return value
+        return None if instead is None else instead(value)
     if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
+        return {k: finite(v, instead) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
+        return [finite(v, instead) for v in value]
     return value
 
 

@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import RnnlensError
+from ..outfiles import finite, json_text, metric_record
 from ..viz import report as R
 from .report_sections import (
     SENTENCE_TASKS, curves, explain_sentence, faithfulness_section, model_card, negation_section, note,
     sample_html, section, skipped, tsne_section)
-from ..outfiles import finite, json_text, metric_record
 
 
 # --- inputs ---------------------------------------------------------------------------------

@@ -1,7 +1,6 @@
 """`rnnlens complete`: MSR sentence completion with a language model."""
 from __future__ import annotations
 
-
 from ..argtypes import COUNT, SIZE
 from ..errors import RnnlensError
 from ..outfiles import json_text

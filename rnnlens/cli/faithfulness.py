@@ -3,7 +3,6 @@ predict what removing the tokens does: AOPC, ERASER comprehensiveness and suffic
 infidelity and Spearman against leave-one-out."""
 from __future__ import annotations
 
-
 from ..argtypes import SEED, SIZE, new_file
 from ..outfiles import json_text
 

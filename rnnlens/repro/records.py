@@ -17,7 +17,6 @@ from __future__ import annotations
 
 
 import json
-import math
 import os
 import platform
 import shutil
@@ -26,7 +25,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..outfiles import json_text, metric_record
+from ..outfiles import finite, json_text, metric_record
 
 RUNS, TABLES = "runs", "tables"
 CAUSES = "notes/causes.json"   # {table: {row label: why the row is outside its tolerance}}
@@ -237,13 +236,7 @@ def values_out(v):
     """A row's value (or list of them) for a table record: a NaN or infinite float (a run
     that diverged) becomes the text "nan", "inf" or "-inf", so the record stays strict JSON
     and still tells a diverged run (rendered "diverged") from a missing value (null)."""
-    if isinstance(v, list):
-        return [values_out(x) for x in v]
-    if isinstance(v, dict):
-        return {k: values_out(x) for k, x in v.items()}
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    return v
+    return finite(v, instead=lambda x: str(float(x)))
 
 
 def values_in(v):

@@ -8,8 +8,8 @@ import html
 import math
 from datetime import datetime, timezone
 
-from . import Table
 from ..outfiles import json_text
+from . import Table
 from .records import values_out
 from .run import ABOVE, Context, RowResult, mean_std, tolerance_for, within
 

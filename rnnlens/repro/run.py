@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import RnnlensError
-from . import Row, Table
 from ..outfiles import json_text, metric_record
+from . import Row, Table
 
 BUDGETS = ("quick", "full")
 

@@ -27,8 +27,8 @@ import torch
 from ..config import TrainConfig, parse_select
 from ..errors import RnnlensError
 from ..metrics import COUNT_KEYS, merge_metrics, scores_line
-from .distributed import OneProcess
 from ..outfiles import json_text
+from .distributed import OneProcess
 
 
 def seed_everything(seed: int) -> None:
