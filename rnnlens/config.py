@@ -375,7 +375,8 @@ def registry(kind: str):
 # The cell-specific model settings, each with its default: a cell reads those named in its
 # class's `settings` (cells.base.Cell.settings), and a config that sets one away from its
 # default for a cell that does not read it is refused (it would change nothing).
-CELL_SETTINGS = {"clamp": None, "window": 20, "word_dropout": "embedding", "spectral_norm": False}
+CELL_SETTINGS = {"clamp": None, "window": 20, "word_dropout": "embedding", "spectral_norm": False,
+                 "recurrent_dropout": 0.0}
 # Tasks whose head reads a pooled sentence vector (model.pooling, model.mlp_hidden).
 SENTENCE_TASKS = ("classify", "regress", "relation", "agreement")
 

@@ -80,10 +80,11 @@ class _SplitRNN(nn.Module):
                 raise RnnlensError("NGramAttribution explains recurrences from a zero initial state; "
                                    "the model passed a non-zero hx")
         rnn = self.rnn
-        x = input if rnn.batch_first else input.transpose(0, 1)
-        unbatched = x.dim() == 2
+        unbatched = input.dim() == 2          # one sequence [T,E], whatever batch_first says
         if unbatched:
-            x = x[None]
+            x = input[None]
+        else:
+            x = input if rnn.batch_first else input.transpose(0, 1)
         outs, finals = [], []
         for d, cell in enumerate(self.cells):
             xd = x.flip(1) if d else x

@@ -188,7 +188,7 @@ class LinearView:
         for t in range(T):
             s = self.step(t, s)
             out.append(s)
-        return torch.stack(out, 1)
+        return torch.stack(out, 1) if out else self.g.new_zeros(B, 0, S)
 
 
 class DenseView(LinearView):

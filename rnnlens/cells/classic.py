@@ -41,7 +41,7 @@ PACKED_MAX_LENGTH = 32
 
 
 class _Classic(Cell):
-    settings = frozenset({"spectral_norm"})
+    settings = frozenset({"spectral_norm", "recurrent_dropout"})
     gates = 1
     # False for a cell copied by `from_torch` from a time-major module (torch's default):
     # then x, mask and the outputs are [T,B,...] as that module takes and gives them, and

@@ -80,6 +80,7 @@ class RationalView(LinearView):
 class RationalCell(Cell):
     """Base of the RRNN family; subclasses set `pattern` ("b", "c", "f" or "ngram") and n."""
 
+    settings = frozenset({"recurrent_dropout"})
     pattern = "b"
     n_states = 1          # pattern states (RRNN(B): 1; C and F: 2; the n-gram cell: n)
 

@@ -149,7 +149,7 @@ class WordMatrixCell(Cell):
     acting on h (see the module docstring). Subclasses give `_table(x, mask)` (fast: a
     table of matrices and which row each position uses) and `word_matrix_ref(x_t)` ([B,n,n],
     from the paper's equation)."""
-    settings = frozenset({"word_dropout"})    # the matrices are the words' own: nothing to normalise
+    settings = frozenset({"word_dropout", "recurrent_dropout"})   # the words' own matrices: nothing to normalise
 
     def _table(self, x, mask):
         """(table, idx): idx None and table [B,T,n,n] (a matrix per position), or table
@@ -456,8 +456,8 @@ class URN(WordMatrixCell):
         word vectors gives every (sequence, word) pair its own Q). It is off with
         unique_rows = False (the per-position reference), action_scan = False, or on the
         truncated low-rank path (`_factors`, cheaper still)."""
-        if not (self.action_scan and self.unique_rows) or self._low_rank():
-            return None
+        if not (self.action_scan and self.unique_rows) or self._low_rank() or x.shape[0] == 0:
+            return None                         # (an empty batch: nothing to bound, the plain path)
         x, group = self._prepare(x, mask)
         if group and not self._many_distinct(x):
             return None

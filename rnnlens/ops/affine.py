@@ -36,19 +36,23 @@ def affine_scan(view, initial_state: torch.Tensor | None = None, *,
                 clamp: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Fast path over a view (rnnlens.cells.base.LinearView: its g, h0, mask, apply(t, V) and
     at(name, t); this layer does not import it). initial_state [B,S] (default: view.h0 or
-    zeros). clamp bounds every state element to (-clamp, clamp) after each step (the
-    sequence-level paper's A.4 option). A bfloat16 or float16 view.g (autocast) is replaced
-    by its float32 copy, and the start state taken in float32, so the state accumulates in
-    float32 while A's products may run in the lower precision. -> (states [B,T,S], final [B,S])."""
+    zeros). clamp bounds every state element to (-clamp, clamp) after each real step (the
+    sequence-level paper's A.4 option); a pad keeps the state as it was, as in the reference.
+    A bfloat16 or float16 view.g (autocast) is replaced by its float32 copy, and the start
+    state taken in float32, so the state accumulates in float32 while A's products may run in
+    the lower precision. -> (states [B,T,S], final [B,S])."""
     view.g = full_precision(view.g)
     s0 = full_precision(initial_state if initial_state is not None else view.h0)
     B, T, S = view.g.shape
     s = s0 if s0 is not None else view.g.new_zeros(B, S)
     out = []
     for t in range(T):
-        s = view.apply(t, s[:, None, :])[:, 0] + view.at("g", t)  # apply() keeps s at pads
+        new = view.apply(t, s[:, None, :])[:, 0] + view.at("g", t)  # apply() keeps s at pads
         if clamp is not None:
-            s = s.clamp(-clamp, clamp)
+            new = new.clamp(-clamp, clamp)
+            if view.mask is not None:       # a pad keeps the state as it was, unclamped
+                new = torch.where(view.mask[:, t, None], new, s)
+        s = new
         out.append(s)
     return (torch.stack(out, 1) if out else view.g[:, :0]), s
 

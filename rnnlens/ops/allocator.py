@@ -33,6 +33,8 @@ import ctypes
 import os
 import platform
 
+from .switches import switched_off
+
 M_TRIM_THRESHOLD = -1        # glibc's mallopt parameter numbers (malloc.h)
 M_MMAP_THRESHOLD = -3
 
@@ -47,7 +49,7 @@ THP_SYSFS = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 
 def _off() -> bool:
-    return os.environ.get("RNNLENS_MALLOC", "1").strip().lower() in ("0", "false", "off", "no")
+    return switched_off("RNNLENS_MALLOC")
 
 
 def huge_pages() -> bool:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from .switches import switched_off
+
 CSRC = Path(__file__).with_name("csrc")
 
 _LOCK = threading.Lock()
@@ -27,8 +29,8 @@ _ERRORS: dict[str, str] = {}
 
 
 def enabled() -> bool:
-    """False when RNNLENS_CPP=0 (or false/off/no)."""
-    return os.environ.get("RNNLENS_CPP", "1").strip().lower() not in ("0", "false", "off", "no")
+    """False when RNNLENS_CPP turns the kernels off (0, false, off or no; ops.switches)."""
+    return not switched_off("RNNLENS_CPP")
 
 
 def _flags() -> tuple[list[str], str]:

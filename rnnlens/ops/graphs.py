@@ -26,7 +26,6 @@ itself being captured, RNNLENS_CUDA_GRAPHS=0 or `set_enabled(False)`) runs `fn` 
 """
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from collections import OrderedDict
@@ -34,12 +33,14 @@ from typing import Callable
 
 import torch
 
+from .switches import switched_off
+
 MAX_GRAPHS = 128
 MAX_STEPS = 1024
 MAX_BYTES: int | None = None        # None: an eighth of the device's memory
 SEEN_BEFORE_CAPTURE = 2             # a key's call that captures its graph (1: the first)
 
-_enabled = os.environ.get("RNNLENS_CUDA_GRAPHS", "1") not in ("0", "false", "no")
+_enabled = not switched_off("RNNLENS_CUDA_GRAPHS")
 _cache: OrderedDict = OrderedDict()     # key -> _Graph, least recently used first
 _seen: dict = {}                        # key -> calls so far, for keys without a graph
 _streams: dict = {}                     # device -> the stream graphs are captured on

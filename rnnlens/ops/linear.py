@@ -31,13 +31,13 @@ rnnlens/ops/precision.py for what the cells do with the lower-precision result. 
 """
 from __future__ import annotations
 
-import os
 
 import torch
 
 from .precision import LOW_PRECISION, autocast_dtype
+from .switches import switched_off
 
-_enabled = os.environ.get("RNNLENS_ONEDNN", "1") not in ("0", "false", "no")
+_enabled = not switched_off("RNNLENS_ONEDNN")
 _op = None
 
 

@@ -26,12 +26,12 @@ tests/ops/test_triton_rational.py compares it with the PyTorch path in Triton's 
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 from torch.autograd.function import once_differentiable
 
 from .precision import no_autocast, no_autocast_backward
+from .switches import switched_off
 from .triton_scan import _interpreting, _launch, triton_enabled
 
 tl = None       # triton.language, bound by _kernels() on first use
@@ -49,7 +49,7 @@ def available(x: torch.Tensor, semiring: str, pattern_f: bool, n: int) -> bool:
         return False
     if semiring not in ("real", "max-plus") or (pattern_f and semiring != "real") or not 1 <= n <= MAX_BLOCKS:
         return False
-    return triton_enabled() and os.environ.get("RNNLENS_TRITON_RATIONAL", "1") != "0"
+    return triton_enabled() and not switched_off("RNNLENS_TRITON_RATIONAL")
 
 
 def rational_scan_triton(P: torch.Tensor, initial_state: torch.Tensor, mask: torch.Tensor | None = None, *,

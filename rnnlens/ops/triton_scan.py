@@ -52,6 +52,7 @@ from torch.autograd.function import once_differentiable
 
 from ..errors import RnnlensError
 from .semiring import Semiring, get_semiring
+from .switches import switched_off
 
 # Kernel code for each semiring (a compile-time constant of the kernels).
 _CODES = {"real": 0, "max-plus": 1, "log": 2, "min-plus": 3}
@@ -74,8 +75,8 @@ def triton_available() -> bool:
 
 def triton_enabled() -> bool:
     """Whether `elementwise_scan` sends CUDA tensors here: triton is installed and the
-    environment variable RNNLENS_TRITON is not "0" (read at every call)."""
-    return os.environ.get("RNNLENS_TRITON", "1") != "0" and triton_available()
+    environment variable RNNLENS_TRITON does not turn it off (ops.switches; read at every call)."""
+    return not switched_off("RNNLENS_TRITON") and triton_available()
 
 
 def elementwise_scan_triton(f: torch.Tensor, u: torch.Tensor, initial_state: torch.Tensor | None = None,

@@ -231,3 +231,30 @@ def test_rational_models_are_read_through_the_output_gate():
     cfg = ModelConfig(cell="rrnn-b-maxplus", embedding_dim=E, hidden_size=H)
     with pytest.raises(RnnlensError, match="max-plus"):
         NGramAttribution(RNNModel(cfg, V, "classify", ["a", "b"]).double()).attribute(x)
+
+
+class UnbatchedModel(UserModel):
+    """Calls its RNN on one sentence [T,E], which torch takes whatever batch_first says."""
+
+    def forward(self, tokens):
+        y, state = self.rnn(self.emb(tokens[0]))
+        h = state[0] if isinstance(state, tuple) else state
+        return self.out(y[-1] + h[-1])[None]         # (one direction: both read the last state)
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm", "elman"])
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("T", [4, E])               # T = E: a transposed [T,E] would still fit
+def test_an_unbatched_sentence_is_one_sequence_for_either_layout(kind, batch_first, T):
+    torch.manual_seed(4)
+    user = UnbatchedModel(kind, layers=2, batch_first=batch_first).double().eval()
+    x = tokens(B=1, T=T)
+    want = user(x)
+    orig, record = user.rnn, []
+    user.rnn = _SplitRNN(orig, record)
+    got = user(x)
+    user.rnn = orig
+    assert max_diff(want, got) < 1e-12
+    a = NGramAttribution(user).attribute(x, target=1)
+    assert max_diff(a.output, want[:, 1]) < 1e-12
+    assert max_diff(a.offset + a.total + a.remainder, a.output) < 1e-10

@@ -302,3 +302,23 @@ def test_any_start_state_under_any_mask_equals_the_step_reference(name, kw, cpp,
     tol = 1e-9 if type(cell).__name__ == "URN" else 1e-10
     for what, a, b in zip(("outputs", "final state", "d/dx", "d/d start"), *got):
         assert max_diff(a, b) <= tol * max(1.0, b.abs().max().item()), (name, what, max_diff(a, b))
+
+
+@pytest.mark.parametrize("name,kw", CASES, ids=IDS)
+def test_empty_batches_and_empty_sequences(name, kw):
+    """Length 0: the view unrolls to no states and its remainder is empty, [B,0,S] (the
+    README's remainder(view, states) call on an empty text). Batch 0: forward gives [0,T,H]
+    with and without a gradient wanted for x, in eval and in training mode."""
+    from rnnlens.analysis.ngrams import remainder
+    cell = make(name, kw)
+    x = torch.randn(2, 0, E, dtype=torch.float64)
+    states, final = cell.scan(x)
+    view = cell.linear_view(x)
+    assert view.unroll().shape == (2, 0, view.g.shape[-1])
+    assert remainder(view, states).shape[:2] == (2, 0) and final.shape == (2, cell.state_size)
+    for train in (False, True):
+        cell.train(train)
+        for grad in (False, True):
+            x0 = torch.randn(0, 3, E, dtype=torch.float64, requires_grad=grad)
+            out, fin = cell(x0)
+            assert out.shape == (0, 3, H) and fin.shape == (0, cell.state_size), (train, grad)

@@ -14,7 +14,8 @@ from rnnlens.cells import CELLS
 from rnnlens.config import CELL_SETTINGS, ModelConfig, unused_settings
 from rnnlens.encoder import build_cell
 
-CHANGED = {"clamp": 0.05, "window": 2, "word_dropout": "matrix"}
+CHANGED = {"clamp": 0.05, "window": 2, "word_dropout": "matrix", "recurrent_dropout": 0.5}
+TRAINING_ONLY = ("word_dropout", "recurrent_dropout")     # dropout acts in training only
 
 
 def _output(cfg: ModelConfig, train: bool = False) -> torch.Tensor:
@@ -29,14 +30,16 @@ def _output(cfg: ModelConfig, train: bool = False) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", sorted(CELLS))
 def test_a_cell_reads_exactly_the_settings_it_declares(name):
-    base = ModelConfig(cell=name, hidden_size=16, recurrent_dropout=0.5)
     declared = CELLS[name].settings
     assert declared <= set(CELL_SETTINGS)
     for key, value in CHANGED.items():
-        train = key == "word_dropout"                     # dropout acts in training only
+        # word_dropout places recurrent_dropout's word-side mask: it needs a rate to act
+        base = ModelConfig(cell=name, hidden_size=16, recurrent_dropout=0.5 if key == "word_dropout" else 0.0)
+        train = key in TRAINING_ONLY
         changes = not torch.allclose(_output(base, train), _output(dataclasses.replace(base, **{key: value}), train))
         assert changes == (key in declared), (name, key)
-    assert bool(build_cell(base, 16).recurrent_weights()) == ("spectral_norm" in declared), name
+    assert bool(build_cell(ModelConfig(cell=name, hidden_size=16), 16).recurrent_weights()) == \
+        ("spectral_norm" in declared), name
 
 
 @pytest.mark.parametrize("name", [*sorted(CELLS), "transformer"])
@@ -47,3 +50,20 @@ def test_unused_settings_names_each_ignored_setting(name):
         assert (why is None) == (key in declared), (name, key, why)
         assert why is None or why.startswith(f"model.{key} does nothing for the {name} cell")
     assert unused_settings(ModelConfig(cell=name)) is None
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in CELLS.items() if "clamp" in c.settings))
+def test_a_clamped_cell_keeps_the_state_at_pads(name):
+    """The clamp bounds each real step's new state; a pad keeps the state as it was, even a
+    start state outside the bound, as the reference does (a row of pads ends where it began)."""
+    cell = build_cell(ModelConfig(cell=name, hidden_size=4, clamp=0.3), 5).double().eval()
+    x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    mask = torch.tensor([[False] * 4, [False, True, True, False], [True] * 4])
+    s0 = torch.full((3, cell.state_size), 0.9, dtype=torch.float64)
+    out, final = cell(x, mask, s0)
+    ref, ref_final = cell.forward_ref(x, mask, s0)
+    states, _ = cell.scan(x, mask, s0)
+    assert torch.allclose(out, ref, atol=1e-12) and torch.allclose(final, ref_final, atol=1e-12)
+    assert torch.equal(final[0], s0[0]) and torch.equal(states[1, 0], s0[1])
+    assert torch.equal(states[1, 3], states[1, 2])
+    assert states[2].abs().max() <= 0.3

@@ -17,6 +17,7 @@
 
 #include <optional>
 #include <string_view>
+#include <cctype>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -40,9 +41,14 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, bool onednn) {
 // oneDNN route): reused at every step, so the per-step product skips the weight reorder
 // (at [32,256] x [256,768] on 2 threads about 40 us a product instead of 70). Otherwise w.
 at::Tensor pack(const at::Tensor& w, int64_t batch, bool onednn) {
-  static const bool on = [] {                      // RNNLENS_ONEDNN_PACK=0: the plain weight
+  static const bool on = [] {                      // RNNLENS_ONEDNN_PACK=0 (false, off, no): the plain weight
     const char* v = std::getenv("RNNLENS_ONEDNN_PACK");
-    return !(v && std::string(v) == "0");
+    if (!v) return true;
+    std::string s(v);                              // read as ops/switches.py reads a switch
+    const auto first = s.find_first_not_of(" \t\n\r"), last = s.find_last_not_of(" \t\n\r");
+    s = first == std::string::npos ? "" : s.substr(first, last - first + 1);
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return !(s == "0" || s == "false" || s == "off" || s == "no");
   }();
   if (!on || !onednn || w.scalar_type() != at::kFloat) return w;
   static auto op = c10::Dispatcher::singleton()
