@@ -448,3 +448,17 @@ def test_a_figure2_row_naming_an_unknown_adjective_list_is_refused(tmp_path, sha
     ctx = Context(out=tmp_path, data_dir=shared_data, tiny=True, progress=False, threads=1, configs=REPO / "configs")
     with pytest.raises(RnnlensError, match="only list built in is 'paper-table9'"):
         run_table(ctx, Table(**{**t.__dict__, "rows": [bad]}))
+
+
+def test_dyck_checks_read_the_rows_mean_curve(monkeypatch):
+    """With several seeds, the highest error and the trend are those of the mean at each count
+    (the values the row's lines show), not of the worst seed."""
+    from rnnlens.repro import pipelines
+    row = Row("URN", None, config="x.json", extra={"tolerance": {"no_upward_trend": True, "max": 0.1}})
+    seeds = [{"0": 0.08, "1": 0.06, "2": 0.12}, {"0": 0.10, "1": 0.08, "2": 0.04}]
+    monkeypatch.setattr(pipelines, "per_seed", lambda ctx, r, fn, **kw: RowResult(r, values=list(seeds)))
+    res = pipelines.dyck_row(None, None, row)
+    (what, shown, ok), (trend, flat_shown, flat) = res.checks
+    assert what == "highest error over attractor counts" and shown == "0.090" and ok is True
+    assert flat_shown == "none" and flat is True       # seed 0 alone rises; the mean falls
+    assert not no_upward_trend(seeds[0])
