@@ -31,7 +31,6 @@ rnnlens/ops/precision.py for what the cells do with the lower-precision result. 
 """
 from __future__ import annotations
 
-
 import torch
 
 from .precision import LOW_PRECISION, autocast_dtype
