@@ -63,15 +63,22 @@ def load_error(name: str) -> str | None:
     return _ERRORS.get(name)
 
 
+def _headers() -> list[Path]:
+    """The headers every kernel may include (csrc/*.h), in a fixed order."""
+    return sorted(CSRC.glob("*.h"))
+
+
 def build_location(name: str) -> tuple[str, Path]:
     """(the module name, its build folder in torch's extension cache) for csrc/<name>.cpp:
-    the name carries a digest of the source and the flags, so a changed source never reuses
-    an old build, and every checkout of the same source shares one."""
+    the name carries a digest of the source, the shared headers (csrc/*.h) and the flags, so a
+    changed source or header never reuses an old build, and every checkout of the same source
+    shares one."""
     from torch.utils import cpp_extension
 
     flags, tag = _flags()
     src = CSRC / f"{name}.cpp"
-    digest = hashlib.sha1(src.read_bytes() + " ".join(flags).encode()).hexdigest()[:10]
+    code = src.read_bytes() + b"".join(h.read_bytes() for h in _headers())
+    digest = hashlib.sha1(code + " ".join(flags).encode()).hexdigest()[:10]
     module = f"rnnlens_{name}_{tag}_{digest}"
     return module, Path(cpp_extension._get_build_directory(module, verbose=False))
 
@@ -102,12 +109,15 @@ def _build(name: str) -> bool:
             # interrupted first run): every later load would wait on it for ever. Holding the
             # flock above, no live rnnlens process is compiling this module, so it is stale.
             (build_dir / "lock").unlink(missing_ok=True)
-            local = build_dir / src.name   # every checkout of this source builds the same copy
-            code = src.read_bytes()
-            if not local.exists() or local.read_bytes() != code:
-                tmp = local.with_name(f".{local.name}.{os.getpid()}")
-                tmp.write_bytes(code)
-                os.replace(tmp, local)
+            # every checkout of this source builds the same copy, with the shared headers beside it
+            for file in (*_headers(), src):
+                local = build_dir / file.name
+                code = file.read_bytes()
+                if not local.exists() or local.read_bytes() != code:
+                    tmp = local.with_name(f".{local.name}.{os.getpid()}")
+                    tmp.write_bytes(code)
+                    os.replace(tmp, local)
+            local = build_dir / src.name
             cpp_extension.load(name=module, sources=[str(local)], extra_cflags=flags,
                                extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
     except Exception as e:   # compiler errors, a missing ninja, a read-only cache

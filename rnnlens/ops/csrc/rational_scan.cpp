@@ -22,52 +22,14 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-// SLEEF's vector tanh (1-ulp), which libtorch_cpu carries and exports for ATen's own kernels
-extern "C" __m256 Sleef_tanhf8_u10avx2(__m256);
-extern "C" __m256d Sleef_tanhd4_u10avx2(__m256d);
-extern "C" __m256 Sleef_expf8_u10avx2(__m256);
-extern "C" __m256d Sleef_expd4_u10avx2(__m256d);
-#endif
+#include "vecmath.h"
 
 namespace {
 
-inline void tanh_inplace(float* x, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX2__)
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, Sleef_tanhf8_u10avx2(_mm256_loadu_ps(x + i)));
-#endif
-  for (; i < n; ++i) x[i] = std::tanh(x[i]);
-}
+using rnnlens_vec::sigmoid_of;
 
-inline void tanh_inplace(double* x, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX2__)
-  for (; i + 4 <= n; i += 4) _mm256_storeu_pd(x + i, Sleef_tanhd4_u10avx2(_mm256_loadu_pd(x + i)));
-#endif
-  for (; i < n; ++i) x[i] = std::tanh(x[i]);
-}
-
-// y = 1 / (1 + exp(-x)) over n values (exp(-x) = inf gives 0, exp(-x) = 0 gives 1)
 template <typename T>
-inline void sigmoid_to(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX2__)
-  if constexpr (std::is_same_v<T, float>) {
-    const __m256 one = _mm256_set1_ps(1.f);
-    for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(y + i, _mm256_div_ps(one, _mm256_add_ps(one, Sleef_expf8_u10avx2(
-                                                                      _mm256_sub_ps(_mm256_setzero_ps(), _mm256_loadu_ps(x + i))))));
-  } else {
-    const __m256d one = _mm256_set1_pd(1.0);
-    for (; i + 4 <= n; i += 4)
-      _mm256_storeu_pd(y + i, _mm256_div_pd(one, _mm256_add_pd(one, Sleef_expd4_u10avx2(
-                                                                      _mm256_sub_pd(_mm256_setzero_pd(), _mm256_loadu_pd(x + i))))));
-  }
-#endif
-  for (; i < n; ++i) y[i] = T(1) / (T(1) + std::exp(-x[i]));
-}
+inline void tanh_inplace(T* x, int64_t n) { rnnlens_vec::tanh_of(x, x, n, T(1)); }
 
 template <typename scalar_t>
 struct Ptrs {
@@ -92,7 +54,7 @@ template <typename scalar_t>
 const scalar_t* gates_at(const Ptrs<scalar_t>& a, int64_t bt, scalar_t* buf) {
   if (a.f) return a.f + bt * a.n * a.H;
   const scalar_t* Pt = a.P + bt * a.RH;
-  for (int64_t j = 0; j < a.n; ++j) sigmoid_to(Pt + (2 * j + 1) * a.H, buf + j * a.H, a.H);
+  for (int64_t j = 0; j < a.n; ++j) sigmoid_of(Pt + (2 * j + 1) * a.H, buf + j * a.H, a.H);
   return buf;
 }
 

@@ -1,7 +1,7 @@
 // The terms of the GRU's and the LSTM's first-order views (rnnlens/cells/classic.py) from their
-// pre-activations, forward and backward, one fused pass over the positions each. In float32
-// the activations are vectorised approximations within a few ulp (`tanh_of`, `sigmoid_of`
-// below); in float64, SLEEF's tanh (which libtorch carries and exports) and std::exp. The Python forms in
+// pre-activations, forward and backward, one fused pass over the positions each. The
+// activations are vecmath.h's (vectorised approximations within a few ulp in float32; SLEEF's
+// in float64). The Python forms in
 // rnnlens/cells/view_terms.py are the reference the tests compare with this path.
 //
 // GRU, from P = [x_r, x_z, x_n] (x_* = W_i* x + b_i*) and b_hh = [b_hr, b_hz, b_hn]:
@@ -18,103 +18,12 @@
 #include <cmath>
 #include <vector>
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-extern "C" __m256d Sleef_tanhd4_u10avx2(__m256d);
-#endif
+#include "vecmath.h"
 
 namespace {
 
-// out = tanh(scale * x) in float32: Eigen's rational approximation (a 13/6 odd/even polynomial
-// ratio on [-7.9, 7.9], within a few ulp of tanh), in a plain loop the compiler vectorises.
-// SLEEF's tanh, which the rational scan uses for one tanh a step, costs about ten times more
-// here, as torch.tanh does; these views take five or six activations a position.
-constexpr float kClamp = 7.90531110763549805f;
-constexpr float kAlpha[7] = {-2.76076847742355e-16f, 2.00018790482477e-13f, -8.60467152213735e-11f,
-                             5.12229709037114e-08f, 1.48572235717979e-05f, 6.37261928875436e-04f,
-                             4.89352455891786e-03f};
-constexpr float kBeta[4] = {1.19825839466702e-06f, 1.18534705686654e-04f, 2.26843463243900e-03f,
-                            4.89352518554385e-03f};
-
-inline float tanh_scalar(float v) {
-  v = v > kClamp ? kClamp : (v < -kClamp ? -kClamp : v);
-  if (v < 0.0004f && v > -0.0004f) return v;
-  const float v2 = v * v;
-  float p = kAlpha[0];
-  for (int i = 1; i < 7; ++i) p = p * v2 + kAlpha[i];
-  float q = kBeta[0];
-  for (int i = 1; i < 4; ++i) q = q * v2 + kBeta[i];
-  return p * v / q;
-}
-
-inline void tanh_of(const float* __restrict__ x, float* __restrict__ out, int64_t n, float scale) {
-  int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-  const __m256 s = _mm256_set1_ps(scale), hi = _mm256_set1_ps(kClamp), lo = _mm256_set1_ps(-kClamp);
-  const __m256 tiny = _mm256_set1_ps(0.0004f), sign = _mm256_set1_ps(-0.0f);
-  for (; i + 8 <= n; i += 8) {
-    __m256 v = _mm256_mul_ps(s, _mm256_loadu_ps(x + i));
-    v = _mm256_max_ps(lo, _mm256_min_ps(hi, v));
-    const __m256 v2 = _mm256_mul_ps(v, v);
-    __m256 p = _mm256_set1_ps(kAlpha[0]);
-    for (int k = 1; k < 7; ++k) p = _mm256_fmadd_ps(p, v2, _mm256_set1_ps(kAlpha[k]));
-    p = _mm256_mul_ps(p, v);
-    __m256 q = _mm256_set1_ps(kBeta[0]);
-    for (int k = 1; k < 4; ++k) q = _mm256_fmadd_ps(q, v2, _mm256_set1_ps(kBeta[k]));
-    const __m256 r = _mm256_div_ps(p, q);
-    const __m256 small = _mm256_cmp_ps(_mm256_andnot_ps(sign, v), tiny, _CMP_LT_OQ);
-    _mm256_storeu_ps(out + i, _mm256_blendv_ps(r, v, small));
-  }
-#endif
-  for (; i < n; ++i) out[i] = tanh_scalar(scale * x[i]);
-}
-
-inline void tanh_of(const double* x, double* out, int64_t n, double scale) {
-  int64_t i = 0;
-#if defined(__AVX2__)
-  const __m256d s = _mm256_set1_pd(scale);
-  for (; i + 4 <= n; i += 4) _mm256_storeu_pd(out + i, Sleef_tanhd4_u10avx2(_mm256_mul_pd(s, _mm256_loadu_pd(x + i))));
-#endif
-  for (; i < n; ++i) out[i] = std::tanh(scale * x[i]);
-}
-
-// out = sigmoid(x) = 1 / (1 + exp(-x)). float32: exp by Cephes' expf (range reduction to
-// [-ln2/2, ln2/2], a degree-5 polynomial, the power of two put in the exponent bits), about
-// 1 ulp; float64: std::exp.
-#if defined(__AVX2__) && defined(__FMA__)
-inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_set1_ps(-87.3f), _mm256_min_ps(_mm256_set1_ps(88.3f), x));
-  __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  const __m256 z = _mm256_mul_ps(x, x);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_add_ps(_mm256_fmadd_ps(y, z, x), _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-}
-#endif
-
-inline void sigmoid_of(const float* __restrict__ x, float* __restrict__ out, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-  const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = exp8(_mm256_xor_ps(neg, _mm256_loadu_ps(x + i)));
-    _mm256_storeu_ps(out + i, _mm256_div_ps(one, _mm256_add_ps(one, e)));
-  }
-#endif
-  for (; i < n; ++i) out[i] = 1.0f / (1.0f + std::exp(-x[i]));
-}
-
-inline void sigmoid_of(const double* x, double* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = 1.0 / (1.0 + std::exp(-x[i]));
-}
+using rnnlens_vec::sigmoid_of;
+using rnnlens_vec::tanh_of;
 
 constexpr int64_t kGrain = 16;   // positions per task
 
