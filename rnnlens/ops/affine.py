@@ -16,7 +16,12 @@ start state when T = 0). A view carries its own mask, so the scans over a view
 
 On a GPU the fused scans' loops over time (`_structured_steps`, `_structured_reverse`,
 `_lstm_steps`, `_lstm_reverse`) are replayed as CUDA graphs (ops.graphs); on the CPU they run
-in C++ (csrc/affine_scan.cpp) where it is built, else as the same PyTorch loops.
+in C++ (csrc/affine_scan.cpp) where it is built, else as the same PyTorch loops. With several
+threads and at least 8 rows a thread, the C++ loops split the batch in chunks, one a thread,
+each running the whole loop over time with its own single-threaded products (no fork and join
+at every step; the elementwise work split too): on 2 threads at batch 32, length 35, hidden
+256, a training step of MVMA-G, MVMA-L, the approximate GRU and LSTM took 6.7-7.6% less time
+than with one chunk threaded inside oneDNN. RNNLENS_BATCH_SPLIT=0 keeps one chunk.
 
 Under torch.autocast (bfloat16 or float16) the fast paths carry the state in float32: the
 fused scans take every input in float32 and run with autocast off, forward and backward, and

@@ -209,3 +209,53 @@ def test_a_forward_without_a_backward_keeps_no_products(name, monkeypatch):
     asked.clear()
     cell(x, mask)                                         # nothing needs a gradient
     assert asked and not any(asked)
+
+
+@pytest.mark.parametrize("name", AFFINE)
+@pytest.mark.parametrize("threads", [2, 3])
+def test_the_batch_split_in_chunks_gives_the_python_loops(name, threads, monkeypatch):
+    """With several threads and enough rows the C++ loops split the batch in chunks, one a
+    thread, each with its own products (19 rows: chunks of unequal size, pads in the first
+    rows): every registered affine cell's outputs, final state and gradients equal those of
+    the Python loops and of the one-chunk loops (RNNLENS_BATCH_SPLIT=0), float64."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(2)
+        cell = CELLS[name](5, 4).double()
+        B, T = 19, 6
+        x = torch.randn(B, T, 5, dtype=torch.float64)
+        s0 = torch.randn(B, cell.state_size, dtype=torch.float64) * 0.3
+        mask = _mask(B, T, "all-pad")
+        split = _grads(cell, x, mask, s0, True, monkeypatch)
+        monkeypatch.setenv("RNNLENS_BATCH_SPLIT", "0")
+        whole = _grads(cell, x, mask, s0, True, monkeypatch)
+        python = _grads(cell, x, mask, s0, False, monkeypatch)
+    finally:
+        torch.set_num_threads(old)
+    for u, v, w in zip(split, whole, python):
+        assert (u - v).abs().max().item() < 1e-10 and (u - w).abs().max().item() < 1e-10
+
+
+@pytest.mark.parametrize("name", ["mvma-g", "mvma-l"])
+def test_the_batch_split_in_float32(name, monkeypatch):
+    """float32 through oneDNN with the weight packed for each chunk's rows (32 rows on 2
+    threads, and 33: a last chunk one row short): within float32's rounding of the one-chunk
+    loops."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for B in (32, 33):
+            torch.manual_seed(3)
+            cell = CELLS[name](16, 32)
+            x = torch.randn(B, 9, 16)
+            s0 = torch.randn(B, cell.state_size) * 0.3
+            mask = _mask(B, 9, "pads")
+            monkeypatch.delenv("RNNLENS_BATCH_SPLIT", raising=False)
+            split = _grads(cell, x, mask, s0, True, monkeypatch)
+            monkeypatch.setenv("RNNLENS_BATCH_SPLIT", "0")
+            whole = _grads(cell, x, mask, s0, True, monkeypatch)
+            for u, v in zip(split, whole):
+                torch.testing.assert_close(u, v, rtol=1e-4, atol=1e-5)
+    finally:
+        torch.set_num_threads(old)

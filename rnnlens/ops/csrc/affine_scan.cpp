@@ -37,19 +37,24 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, bool onednn) {
   return at::mm(x, w.t());
 }
 
+// An RNNLENS_ switch read as rnnlens/ops/switches.py reads one: off for 0, false, off or no, in
+// any case, spaces around ignored; on when unset or anything else.
+bool switched_off(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return false;
+  std::string s(v);
+  const auto first = s.find_first_not_of(" \t\n\r"), last = s.find_last_not_of(" \t\n\r");
+  s = first == std::string::npos ? "" : s.substr(first, last - first + 1);
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s == "0" || s == "false" || s == "off" || s == "no";
+}
+
 // w laid out once for oneDNN's matmul with `batch` rows (float32, where `linear` takes the
 // oneDNN route): reused at every step, so the per-step product skips the weight reorder
 // (at [32,256] x [256,768] on 2 threads about 40 us a product instead of 70). Otherwise w.
+// RNNLENS_ONEDNN_PACK=0 keeps the plain weight (read once).
 at::Tensor pack(const at::Tensor& w, int64_t batch, bool onednn) {
-  static const bool on = [] {                      // RNNLENS_ONEDNN_PACK=0 (false, off, no): the plain weight
-    const char* v = std::getenv("RNNLENS_ONEDNN_PACK");
-    if (!v) return true;
-    std::string s(v);                              // read as ops/switches.py reads a switch
-    const auto first = s.find_first_not_of(" \t\n\r"), last = s.find_last_not_of(" \t\n\r");
-    s = first == std::string::npos ? "" : s.substr(first, last - first + 1);
-    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return !(s == "0" || s == "false" || s == "off" || s == "no");
-  }();
+  static const bool on = !switched_off("RNNLENS_ONEDNN_PACK");
   if (!on || !onednn || w.scalar_type() != at::kFloat) return w;
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("mkldnn::_reorder_linear_weight", "")
@@ -57,11 +62,51 @@ at::Tensor pack(const at::Tensor& w, int64_t batch, bool onednn) {
   return op.call(w, batch);
 }
 
-// rows [b0, b1) in parallel when the step's work is large enough to pay for the threads
+// The batch in chunks, one a thread, each running the whole loop over time with its own
+// single-threaded products (its rows of the state are independent of the others'): no fork
+// and join at every step, each product on a core of its own and the elementwise work of a
+// step split the same way. Measured on 2 threads, [32,256] x [256,768] a step, this beats one
+// product of all 32 rows threaded inside oneDNN (see benchmarks/RESULTS.md). One chunk (the
+// whole batch, products threaded by oneDNN) on one thread, when a chunk would have fewer
+// than kMinRows rows, or with RNNLENS_BATCH_SPLIT=0 (read at every call).
+constexpr int64_t kMinRows = 8;
+
+struct Chunks {
+  int64_t n, size;                 // n chunks of `size` rows, the last one the rest
+  at::Tensor W, W_last;            // the weight packed for a chunk's rows and the last one's
+  int64_t rows(int64_t c, int64_t B) const { return std::min(B, (c + 1) * size) - c * size; }
+};
+
+Chunks chunks_of(int64_t B, const at::Tensor& w, bool onednn) {
+  int64_t n = std::min<int64_t>(at::get_num_threads(), B / kMinRows);
+  if (n < 2 || at::in_parallel_region() || switched_off("RNNLENS_BATCH_SPLIT")) n = 1;
+  if (B == 0) return Chunks{1, 0, pack(w, B, onednn), pack(w, B, onednn)};
+  const int64_t size = (B + n - 1) / n;
+  n = (B + size - 1) / size;
+  Chunks c{n, size, pack(w, size, onednn), at::Tensor()};
+  const int64_t last = B - (n - 1) * size;
+  c.W_last = last == size ? c.W : pack(w, last, onednn);
+  return c;
+}
+
+// f(b0, b1, W) for every chunk, in parallel where there are several
 template <typename F>
-void rows(int64_t B, int64_t per_row, const F& f) {
+void over_chunks(int64_t B, const Chunks& c, const F& f) {
+  if (c.n == 1) {
+    f(int64_t(0), B, c.W);
+    return;
+  }
+  at::parallel_for(0, c.n, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t k = c0; k < c1; ++k) f(k * c.size, k * c.size + c.rows(k, B), k == c.n - 1 ? c.W_last : c.W);
+  });
+}
+
+// rows [b0, b1) in parallel when the step's work is large enough to pay for the threads (run
+// inline inside a chunk, which is already one thread's)
+template <typename F>
+void rows(int64_t b0, int64_t b1, int64_t per_row, const F& f) {
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(per_row, 1));
-  at::parallel_for(0, B, grain, f);
+  at::parallel_for(b0, b1, grain, f);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -77,15 +122,17 @@ void structured_fwd_impl(const at::Tensor& g, const at::Tensor& W, const at::Ten
   const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
   T* Sp = S.data_ptr<T>();
   T* Up = U.numel() ? U.data_ptr<T>() : nullptr;
+  over_chunks(B, chunks_of(B, W, onednn), [&](int64_t c0, int64_t c1, const at::Tensor& Wc) {
+  const at::Tensor sv = s.narrow(0, c0, c1 - c0);      // the chunk's rows of the running state
   for (int64_t t = 0; t < Tn; ++t) {
-    at::Tensor u = linear(s, W, onednn);
+    at::Tensor u = linear(sv, Wc, onednn);
     const T* up = u.data_ptr<T>();
-    rows(B, KH, [&](int64_t b0, int64_t b1) {
+    rows(c0, c1, KH, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t bt = b * Tn + t;
         T* __restrict__ st = sp + b * H;
         T* __restrict__ out = Sp + bt * H;
-        const T* __restrict__ ub = up + b * KH;
+        const T* __restrict__ ub = up + (b - c0) * KH;
         if (Up) std::copy(ub, ub + KH, Up + bt * KH);
         if (mp && !mp[bt]) {
           std::copy(st, st + H, out);
@@ -104,6 +151,7 @@ void structured_fwd_impl(const at::Tensor& g, const at::Tensor& W, const at::Ten
       }
     });
   }
+  });
 }
 
 std::vector<at::Tensor> structured_forward(const at::Tensor& g, const at::Tensor& W, const at::Tensor& coef,
@@ -113,7 +161,7 @@ std::vector<at::Tensor> structured_forward(const at::Tensor& g, const at::Tensor
   at::Tensor S = at::empty({B, Tn, H}, g.options());
   at::Tensor U = keep_u ? at::empty({B, Tn, KH}, g.options()) : at::empty({0}, g.options());
   AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "structured_forward", [&] {
-    structured_fwd_impl<scalar_t>(g.contiguous(), pack(W.contiguous(), B, onednn), coef.contiguous(),
+    structured_fwd_impl<scalar_t>(g.contiguous(), W.contiguous(), coef.contiguous(),
                                   diag.contiguous(), s0, mask, S, U, onednn);
   });
   return {S, U};
@@ -127,7 +175,6 @@ void structured_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const at::T
   // dL/ds_{t-1} = d + pre: d the step's product (tmp W), pre the rest, added where next read
   at::Tensor tmp = at::empty({B, KH}, dS.options());
   at::Tensor pre = at::zeros({B, H}, dS.options());
-  at::Tensor d = at::zeros({B, H}, dS.options());
   T* tp = tmp.data_ptr<T>();
   T* pp = pre.data_ptr<T>();
   const T* dSp = dS.data_ptr<T>();
@@ -135,13 +182,16 @@ void structured_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const at::T
   const T* dp = diag.data_ptr<T>();
   const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
   T* dinp = d_in.data_ptr<T>();
+  over_chunks(B, chunks_of(B, Wt, onednn), [&](int64_t c0, int64_t c1, const at::Tensor& Wc) {
+  const at::Tensor tv = tmp.narrow(0, c0, c1 - c0);
+  at::Tensor d = at::zeros({c1 - c0, H}, dS.options());
   for (int64_t t = Tn - 1; t >= 0; --t) {
     const T* dd = d.data_ptr<T>();
-    rows(B, KH, [&](int64_t b0, int64_t b1) {
+    rows(c0, c1, KH, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t bt = b * Tn + t;
         const T* __restrict__ ds = dSp + bt * H;
-        const T* __restrict__ db = dd + b * H;
+        const T* __restrict__ db = dd + (b - c0) * H;
         T* __restrict__ din = dinp + bt * H;
         T* __restrict__ pr = pp + b * H;
         T* __restrict__ tb = tp + b * KH;
@@ -160,9 +210,11 @@ void structured_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const at::T
           for (int64_t j = 0; j < H; ++j) tb[k * H + j] = ct[k * H + j] * din[j];
       }
     });
-    d = linear(tmp, Wt, onednn);                    // tmp[B,KH] @ W[KH,H]
+    d = linear(tv, Wc, onednn);                     // tmp[B,KH] @ W[KH,H]
   }
-  at::add_out(delta, d, pre);
+  at::Tensor out = delta.narrow(0, c0, c1 - c0);
+  at::add_out(out, d, pre.narrow(0, c0, c1 - c0));
+  });
 }
 
 std::vector<at::Tensor> structured_backward(const at::Tensor& dS, const at::Tensor& W, const at::Tensor& coef,
@@ -170,7 +222,7 @@ std::vector<at::Tensor> structured_backward(const at::Tensor& dS, const at::Tens
   const int64_t B = dS.size(0), H = dS.size(2);
   at::Tensor d_in = at::empty_like(dS, at::MemoryFormat::Contiguous);
   at::Tensor delta = at::zeros({B, H}, dS.options());
-  at::Tensor Wt = pack(W.t().contiguous(), dS.size(0), onednn);
+  at::Tensor Wt = W.t().contiguous();
   AT_DISPATCH_FLOATING_TYPES(dS.scalar_type(), "structured_backward", [&] {
     structured_bwd_impl<scalar_t>(dS.contiguous(), Wt, coef.contiguous(), diag.contiguous(), mask, d_in, delta,
                                   onednn);
@@ -207,16 +259,18 @@ void lstm_fwd_impl(const at::Tensor& g, const at::Tensor& W, const std::vector<a
   T* Sp = S.data_ptr<T>();
   T* Up = U.numel() ? U.data_ptr<T>() : nullptr;
   const int64_t oi = 0, of = H, og = (K - 2) * H, oo = (K - 1) * H;
+  over_chunks(B, chunks_of(B, W, onednn), [&](int64_t c0, int64_t c1, const at::Tensor& Wc) {
+  const at::Tensor hv = h.narrow(0, c0, c1 - c0);      // the chunk's rows of the running h
   for (int64_t t = 0; t < Tn; ++t) {
-    at::Tensor uk = linear(h, W, onednn);
+    at::Tensor uk = linear(hv, Wc, onednn);
     const T* up = uk.data_ptr<T>();
-    rows(B, KH, [&](int64_t b0, int64_t b1) {
+    rows(c0, c1, KH, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t bt = b * Tn + t;
         T* __restrict__ cb = cp + b * H;
         T* __restrict__ hb = hp + b * H;
         T* __restrict__ out = Sp + bt * 2 * H;
-        const T* __restrict__ ub = up + b * KH;
+        const T* __restrict__ ub = up + (b - c0) * KH;
         if (Up) std::copy(ub, ub + KH, Up + bt * KH);
         if (mp && !mp[bt]) {
           std::copy(cb, cb + H, out);
@@ -248,6 +302,7 @@ void lstm_fwd_impl(const at::Tensor& g, const at::Tensor& W, const std::vector<a
       }
     });
   }
+  });
 }
 
 std::vector<at::Tensor> lstm_forward(const at::Tensor& g, const at::Tensor& W, const at::Tensor& f,
@@ -260,7 +315,7 @@ std::vector<at::Tensor> lstm_forward(const at::Tensor& g, const at::Tensor& W, c
   std::vector<at::Tensor> gs = {f.contiguous(), a_i.contiguous(), a_g.contiguous(), a_o.contiguous(),
                                 k.contiguous(), a_f.contiguous()};
   AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "lstm_forward", [&] {
-    lstm_fwd_impl<scalar_t>(g.contiguous(), pack(W.contiguous(), g.size(0), onednn), gs, s0, mask, S, U, onednn);
+    lstm_fwd_impl<scalar_t>(g.contiguous(), W.contiguous(), gs, s0, mask, S, U, onednn);
   });
   return {S, U};
 }
@@ -273,7 +328,6 @@ void lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const std::vector
   // dL/d(c, h)_{t-1}: the c half in delta, the h half = d + pre_h (d the step's product tmp W),
   // added where it is next read
   at::Tensor pre_h = at::zeros({B, H}, dS.options());
-  at::Tensor d = at::zeros({B, H}, dS.options());
   T* tp = tmp.data_ptr<T>();
   T* php = pre_h.data_ptr<T>();
   T* delp = delta.data_ptr<T>();
@@ -282,14 +336,17 @@ void lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const std::vector
   const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
   T* dinp = d_in.data_ptr<T>();
   const int64_t oi = 0, of = H, og = (K - 2) * H, oo = (K - 1) * H;
+  over_chunks(B, chunks_of(B, Wt, onednn), [&](int64_t c0, int64_t c1, const at::Tensor& Wc) {
+  const at::Tensor tv = tmp.narrow(0, c0, c1 - c0);
+  at::Tensor d = at::zeros({c1 - c0, H}, dS.options());
   for (int64_t t = Tn - 1; t >= 0; --t) {
     const T* dd = d.data_ptr<T>();
-    rows(B, KH, [&](int64_t b0, int64_t b1) {
+    rows(c0, c1, KH, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t bt = b * Tn + t;
         const T* __restrict__ ds = dSp + bt * 2 * H;
         T* __restrict__ del = delp + b * 2 * H;
-        const T* __restrict__ db = dd + b * H;
+        const T* __restrict__ db = dd + (b - c0) * H;
         T* __restrict__ din = dinp + bt * 2 * H;
         T* __restrict__ ph = php + b * H;
         T* __restrict__ tb = tp + b * KH;
@@ -329,9 +386,10 @@ void lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const std::vector
         }
       }
     });
-    d = linear(tmp, Wt, onednn);                    // [B,KH] @ W[KH,H]
+    d = linear(tv, Wc, onednn);                     // [B,KH] @ W[KH,H]
   }
-  delta.narrow(1, H, H).copy_(d).add_(pre_h);
+  delta.narrow(0, c0, c1 - c0).narrow(1, H, H).copy_(d).add_(pre_h.narrow(0, c0, c1 - c0));
+  });
 }
 
 std::vector<at::Tensor> lstm_backward(const at::Tensor& dS, const at::Tensor& W, const at::Tensor& f,
@@ -341,7 +399,7 @@ std::vector<at::Tensor> lstm_backward(const at::Tensor& dS, const at::Tensor& W,
   const int64_t B = dS.size(0), S2 = dS.size(2);
   at::Tensor d_in = at::empty_like(dS, at::MemoryFormat::Contiguous);
   at::Tensor delta = at::zeros({B, S2}, dS.options());
-  at::Tensor Wt = pack(W.t().contiguous(), dS.size(0), onednn);
+  at::Tensor Wt = W.t().contiguous();
   std::vector<at::Tensor> gs = {f.contiguous(), a_i.contiguous(), a_g.contiguous(), a_o.contiguous(),
                                 k.contiguous(), a_f.contiguous()};
   AT_DISPATCH_FLOATING_TYPES(dS.scalar_type(), "lstm_backward", [&] {
