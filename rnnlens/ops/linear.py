@@ -5,7 +5,13 @@ processors (on an AMD EPYC with AVX-512 it ran [1120,256] x [256,1024] at about 
 where oneDNN, the library behind torch.nn.LSTM's fused kernel, ran the same product at
 about 410-460, and the per-step [32,256] x [256,1024] at 264 against 143 GFLOP/s). The fused
 classic cells get oneDNN through torch's RNN kernels; every other cell multiplies through
-this module, so it gets the same:
+this module, so it gets the same. The order depends on the host: on another host of the same
+kind (an AMD EPYC that torch also reports as AVX512) the two ran the forward products alike
+(that [1120,256] x [256,1024] in 3.07 and 3.01 ms on 2 threads, about 190 GFLOP/s), the
+prepacked per-step product stayed ahead (178 against 125 GFLOP/s at [32,256] x [256,1024]),
+and MKL's torch.mm ran the weight-gradient products 1.07-1.46x faster than `mm_t` below at
+every K = 256 shape (N = 1,120-32,768); the route stays, since no one order holds everywhere and a
+choice made by timing would make results depend on timing noise.
 
     mm(a, b)              a @ b, no autograd (for the fused scans' own backward passes)
     mm_t(a, b)            a^T @ b, no autograd (weight gradients: a sum over rows)
