@@ -65,8 +65,7 @@ at::Tensor pack(const at::Tensor& w, int64_t batch, bool onednn) {
 // The batch in chunks, one a thread, each running the whole loop over time with its own
 // single-threaded products (its rows of the state are independent of the others'): no fork
 // and join at every step, each product on a core of its own and the elementwise work of a
-// step split the same way. Measured on 2 threads, [32,256] x [256,768] a step, this beats one
-// product of all 32 rows threaded inside oneDNN (see benchmarks/RESULTS.md). One chunk (the
+// step split the same way (the figures: rnnlens/ops/affine.py's docstring). One chunk (the
 // whole batch, products threaded by oneDNN) on one thread, when a chunk would have fewer
 // than kMinRows rows, or with RNNLENS_BATCH_SPLIT=0 (read at every call).
 constexpr int64_t kMinRows = 8;
@@ -74,15 +73,13 @@ constexpr int64_t kMinRows = 8;
 struct Chunks {
   int64_t n, size;                 // n chunks of `size` rows, the last one the rest
   at::Tensor W, W_last;            // the weight packed for a chunk's rows and the last one's
-  int64_t rows(int64_t c, int64_t B) const { return std::min(B, (c + 1) * size) - c * size; }
 };
 
 Chunks chunks_of(int64_t B, const at::Tensor& w, bool onednn) {
   int64_t n = std::min<int64_t>(at::get_num_threads(), B / kMinRows);
   if (n < 2 || at::in_parallel_region() || switched_off("RNNLENS_BATCH_SPLIT")) n = 1;
-  if (B == 0) return Chunks{1, 0, pack(w, B, onednn), pack(w, B, onednn)};
-  const int64_t size = (B + n - 1) / n;
-  n = (B + size - 1) / size;
+  const int64_t size = std::max<int64_t>(1, (B + n - 1) / n);
+  n = std::max<int64_t>(1, (B + size - 1) / size);      // an empty batch: one empty chunk
   Chunks c{n, size, pack(w, size, onednn), at::Tensor()};
   const int64_t last = B - (n - 1) * size;
   c.W_last = last == size ? c.W : pack(w, last, onednn);
@@ -97,7 +94,7 @@ void over_chunks(int64_t B, const Chunks& c, const F& f) {
     return;
   }
   at::parallel_for(0, c.n, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t k = c0; k < c1; ++k) f(k * c.size, k * c.size + c.rows(k, B), k == c.n - 1 ? c.W_last : c.W);
+    for (int64_t k = c0; k < c1; ++k) f(k * c.size, std::min(B, (k + 1) * c.size), k == c.n - 1 ? c.W_last : c.W);
   });
 }
 

@@ -19,7 +19,6 @@
 #include <torch/library.h>
 
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 #include "vecmath.h"
@@ -27,9 +26,7 @@
 namespace {
 
 using rnnlens_vec::sigmoid_of;
-
-template <typename T>
-inline void tanh_inplace(T* x, int64_t n) { rnnlens_vec::tanh_of(x, x, n, T(1)); }
+using rnnlens_vec::tanh_of;
 
 template <typename scalar_t>
 struct Ptrs {
@@ -111,7 +108,7 @@ void forward_rows(const Ptrs<scalar_t>& a, scalar_t* S, scalar_t* Rd, bool tanh_
         const scalar_t* __restrict__ last = St + (n - 1) * H;
         for (int64_t h = 0; h < H; ++h) Rt[h] = last[h];
       }
-      if (tanh_out) tanh_inplace(Rt, H);
+      if (tanh_out) tanh_of(Rt, Rt, H, scalar_t(1));
     }
   }
 }
