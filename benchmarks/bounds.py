@@ -10,8 +10,8 @@ rnnlens.ops.linear (oneDNN on the CPU, as the cells run them):
   recurrence        per step s [B,H] @ W_hh^T [H,K*H] forward and the adjoint's [B,K*H] @ W_hh
                     backward, and one dW_hh = sum_t (...)^T s_{t-1} over all positions.
 G*H is the projection's width (rrnn-b: 2H; rrnn-c, rrnn-f: 4H; mvma-g: 3H; mvma-l: 4H) and
-K*H the recurrent product's (mvma-g 3H; mvma-l 3H, its W_hf block multiplies c = 0; the
-rational cells have none). The bound is LSTM time / products time: the ratio to
+K*H the recurrent product's (mvma-g 3H; mvma-l 3H, its W_hf block multiplies c = 0;
+gru-approx 2H, its A has no W_hr term; lstm-approx 3H; the rational cells have none). The bound is LSTM time / products time: the ratio to
 torch.nn.LSTM the cell would reach if everything else (gates, scans, copies, Python) were free.
 
 isan and linear-rnn build a matrix per word, A(x) = reshape(W x + b, H, H): their products are
@@ -29,7 +29,7 @@ import torch
 from .common import emit
 
 CELLS = {"rrnn-b": (2, 0), "rrnn-c": (4, 0), "rrnn-f": (4, 0), "mvma-g": (3, 3), "mvma-l": (4, 3),
-         "gru-approx": (3, 3), "lstm-approx": (4, 3)}
+         "gru-approx": (3, 2), "lstm-approx": (4, 3)}
 WORD_MATRIX = ("isan", "linear-rnn")          # a matrix per word: G*H = H*H, no recurrent product
 
 

@@ -20,8 +20,10 @@ from torch.utils.checkpoint import checkpoint
 from ..ops.affine import affine_scan
 from ..ops.linear import linear
 from ..ops.precision import full_precision
+from .approx_terms import GRU_FIRST_BLOCK, gru_approx_terms, lstm_approx_terms
 from .base import Cell, LinearView, StructuredView
 from .classic import CLASSIC, LSTMView
+from .gru_terms import native
 
 # Inputs of at least this many positions (B*T) recompute the view's coefficients in the
 # backward instead of keeping their autograd graph (see AffineCell._scan): at batch 32 that is
@@ -211,9 +213,12 @@ class _TorchLayout(AffineCell):
         for p in self.parameters():
             nn.init.uniform_(p, -k, k)
 
-    def _x(self, x):
+    def _P(self, x):
         # float32 under autocast too: A's coefficients and g are formed from these
-        return full_precision(linear(x, self.weight_ih, self.bias_ih)).chunk(self.gates, -1)
+        return full_precision(linear(x, self.weight_ih, self.bias_ih))
+
+    def _x(self, x):
+        return self._P(x).chunk(self.gates, -1)
 
 
 class GRUApprox(_TorchLayout):
@@ -239,11 +244,23 @@ class GRUApprox(_TorchLayout):
             return [zero, zero, torch.full_like(xr, 0.25)], torch.full_like(xr, 0.5)
         return [xz / 4, -xn / 4, 0.25 + (xr - xz - xr * xz) / 8], torch.full_like(xr, 0.7)
 
-    def _view(self, x, mask):
-        xr, xz, xn = self._x(x)
+    def _terms_ref(self, P):
+        """(g, coef [..., 3H], diag) from the projection P = [x^r, x^z, x^n], as the equations read."""
+        xr, xz, xn = P.chunk(3, -1)
         coef, diag = self._coef(xr, xz, xn)
-        g = xn / 2 - xn * xz / 4
-        return StructuredView(g, mask, self.weight_hh, torch.cat(coef, -1), diag=diag, exact=True)
+        return xn / 2 - xn * xz / 4, torch.cat(coef, -1), diag
+
+    def _view(self, x, mask):
+        # A reads the recurrent matrices from the kind's first block on (approx: no W_hr term;
+        # simplified: W_hn alone), so the view multiplies by those alone
+        P, b0 = self._P(x), GRU_FIRST_BLOCK[self.kind]
+        H = self.hidden_size
+        if native(P):
+            g, coef, diag = gru_approx_terms(P, self.kind)
+        else:
+            g, coef, diag = self._terms_ref(P)
+            coef = coef[..., b0 * H:]
+        return StructuredView(g, mask, self.weight_hh[b0 * H:], coef, diag=diag, exact=True)
 
     def matrices_ref(self, x):
         xr, xz, xn = self._x(x)
@@ -280,11 +297,11 @@ class LSTMApprox(_TorchLayout):
         super().__init__(input_size, hidden_size, kind)
         self.state_size = 2 * hidden_size
 
-    def _terms(self, x):
+    def _terms_ref(self, z):
         """(g_c, g_h, f, a_i, a_g, a_f, k, a_o) with A = [[B, D], [diag(k)B, diag(k)D + diag(a_o)W_ho]],
-        B = diag(f), D = diag(a_i) W_hi + diag(a_g) W_hc + diag(a_f) W_hf."""
+        B = diag(f), D = diag(a_i) W_hi + diag(a_g) W_hc + diag(a_f) W_hf, from the projection
+        z = [x^i, x^f, x^c, x^o], as the equations read."""
         if self.kind == "approx":       # five elementwise passes: (z + (2, 2, 0, 2)) / 4 at once
-            z = full_precision(linear(x, self.weight_ih, self.bias_ih))
             H = z.shape[-1] // 4
             shift = z.new_full((4 * H,), 2.0)
             shift[2 * H: 3 * H] = 0.0
@@ -292,7 +309,7 @@ class LSTMApprox(_TorchLayout):
             gc = yi * z[..., 2 * H: 3 * H]
             gh = yo * gc
             return gc, gh, yf, yc, yi, None, yo, gc * 0.25
-        xi, xf, xc, xo = self._x(x)
+        xi, xf, xc, xo = z.chunk(4, -1)
         zero = torch.zeros_like(xi)
         if self.kind == "variant":
             gc = xi * xc / 4 + xc / 2
@@ -305,8 +322,13 @@ class LSTMApprox(_TorchLayout):
         return gc, gh, half, zero, half, None, half, zero
 
     def _view(self, x, mask):
-        gc, gh, f, a_i, a_g, a_f, k, a_o = self._terms(x)
-        return LSTMView(torch.cat([gc, gh], -1), mask, self.weight_hh, f=f, a_i=a_i, a_g=a_g, a_o=a_o, k=k,
+        z = self._P(x)
+        if native(z):
+            g, f, a_i, a_g, a_f, k, a_o = lstm_approx_terms(z, self.kind)
+        else:
+            gc, gh, f, a_i, a_g, a_f, k, a_o = self._terms_ref(z)
+            g = torch.cat([gc, gh], -1)
+        return LSTMView(g, mask, self.weight_hh, f=f, a_i=a_i, a_g=a_g, a_o=a_o, k=k,
                         readout=slice(self.hidden_size, None), a_f=a_f, exact=True)
 
     def matrices_ref(self, x):

@@ -1,7 +1,7 @@
 """The C++ paths of the matrix-affine cells against their PyTorch references: the loops over time
 (ops/csrc/affine_scan.cpp, behind ops.affine's structured and LSTM-block scans) and the fused
 view terms of the GRU and the LSTM (ops/csrc/view_terms.cpp, behind cells/gru_terms.py and
-cells/lstm_terms.py). Values and every gradient in float64, with left, right and middle pads,
+cells/lstm_terms.py) and of the approximate GRU/LSTM forms (cells/approx_terms.py). Values and every gradient in float64, with left, right and middle pads,
 all-pad rows and non-zero start states; float32 within its rounding; every registered cell
 whose forward goes through these scans, with the C++ loops on and off."""
 from __future__ import annotations
@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from rnnlens.cells import CELLS
-from rnnlens.cells import gru_terms, lstm_terms
+from rnnlens.cells import gru_terms, lstm_terms, ngram
+from rnnlens.cells.approx_terms import GRU_FIRST_BLOCK, gru_approx_terms, lstm_approx_terms
 from rnnlens.cells.gru_terms import gru_view_terms, gru_view_terms_ref
 from rnnlens.cells.lstm_terms import lstm_view_terms, lstm_view_terms_ref
-from rnnlens.cells.ngram import AffineCell
+from rnnlens.cells.ngram import AffineCell, GRUApprox, LSTMApprox
 from rnnlens.ops import affine, cpp
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None or not cpp.load("affine_scan")
@@ -259,3 +260,71 @@ def test_the_batch_split_in_float32(name, monkeypatch):
                 torch.testing.assert_close(u, v, rtol=1e-4, atol=1e-5)
     finally:
         torch.set_num_threads(old)
+
+
+APPROX = sorted(n for n, make in CELLS.items() if isinstance(make(3, 4), (GRUApprox, LSTMApprox)))
+
+
+def _approx_terms(cell, z):
+    """The fused pass's terms of `cell`, and its reference's, as two lists of tensors (None kept)."""
+    if isinstance(cell, GRUApprox):
+        g, coef, diag = cell._terms_ref(z)      # coef only from the kind's first recurrent matrix on
+        return list(gru_approx_terms(z, cell.kind)), [g, coef[..., GRU_FIRST_BLOCK[cell.kind] * 7:], diag]
+    gc, gh, *rest = cell._terms_ref(z)
+    return list(lstm_approx_terms(z, cell.kind)), [torch.cat([gc, gh], -1), *rest]
+
+
+def test_every_approximate_cell_is_covered():
+    assert {"gru-approx", "gru-simplified", "gru-variant", "lstm-approx", "lstm-simplified", "lstm-variant"} <= set(APPROX)
+
+
+@pytest.mark.parametrize("name", APPROX)
+@pytest.mark.parametrize("used", ["all", "some"])
+def test_approximate_terms_fused_equal_the_equations(name, used):
+    """The fused terms of each approximate GRU/LSTM form (every kind) equal the forms written
+    as the paper's equations (float64), values and the gradient of any mix of the terms."""
+    torch.manual_seed(5)
+    cell = CELLS[name](5, 7).double()          # hidden 7 (_approx_terms reads it)
+    z = (torch.randn(3, 5, cell.gates * 7, dtype=torch.float64) * 2).requires_grad_(True)
+    fast, ref = _approx_terms(cell, z)
+    assert len(fast) == len(ref)
+    assert "ApproxTerms" in type(fast[0].grad_fn).__name__
+    for u, v in zip(fast, ref):
+        assert (u is None) == (v is None)
+        if u is not None:
+            assert u.shape == v.shape and (u - v).abs().max().item() < 1e-14
+    live = [j for j, t in enumerate(ref) if t is not None and t.requires_grad]
+    ws = {j: torch.randn_like(ref[j]) for j in live}
+    keep = live if used == "all" else live[::2]
+    loss = lambda outs: sum((outs[j] * ws[j]).sum() for j in keep)   # noqa: E731
+    (g1,) = torch.autograd.grad(loss(fast), z)
+    (g2,) = torch.autograd.grad(loss(ref), z)
+    assert (g1 - g2).abs().max().item() < 1e-12
+    small = z[:1, :2].detach().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda t: [u for u in _approx_terms(cell, t)[0] if u is not None and u.requires_grad],
+                                    (small,))
+
+
+@pytest.mark.parametrize("name", APPROX)
+@pytest.mark.parametrize("masked", [None, "all-pad"])
+def test_approximate_cells_with_fused_terms_equal_the_reference_terms(name, masked, monkeypatch):
+    """A whole approximate cell (pads, a non-zero start state) with the fused terms gives the
+    outputs, final state and every gradient it gives with the reference terms, float64; and
+    in float32 the two agree within rounding."""
+    torch.manual_seed(6)
+    cell = CELLS[name](5, 4).double()
+    x = torch.randn(4, 7, 5, dtype=torch.float64)
+    s0 = torch.randn(4, cell.state_size, dtype=torch.float64) * 0.3
+    mask = _mask(4, 7, masked)
+    fused = _grads(cell, x, mask, s0, True, monkeypatch)
+    monkeypatch.setattr(ngram, "native", lambda t: False)
+    ref = _grads(cell, x, mask, s0, True, monkeypatch)
+    for u, v in zip(fused, ref):
+        assert (u - v).abs().max().item() < 1e-12
+    monkeypatch.undo()
+    cell32 = CELLS[name](16, 16)
+    x32 = torch.randn(8, 30, 16)
+    out_fused, _ = cell32(x32)
+    monkeypatch.setattr(ngram, "native", lambda t: False)
+    out_ref, _ = cell32(x32)
+    assert (out_fused - out_ref).abs().max().item() < 1e-5

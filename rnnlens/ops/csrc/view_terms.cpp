@@ -1,8 +1,9 @@
 // The terms of the GRU's and the LSTM's first-order views (rnnlens/cells/classic.py) from their
-// pre-activations, forward and backward, one fused pass over the positions each. The
-// activations are vecmath.h's (vectorised approximations within a few ulp in float32; SLEEF's
-// in float64). The Python forms in
-// rnnlens/cells/view_terms.py are the reference the tests compare with this path.
+// pre-activations, and those of the sequence-level paper's approximate forms (further down),
+// forward and backward, one fused pass over the positions each. The activations are
+// vecmath.h's (vectorised approximations within a few ulp in float32; SLEEF's in float64). The
+// Python forms in rnnlens/cells/gru_terms.py, lstm_terms.py and ngram.py are the reference the
+// tests compare with this path.
 //
 // GRU, from P = [x_r, x_z, x_n] (x_* = W_i* x + b_i*) and b_hh = [b_hr, b_hz, b_hn]:
 //   r = s(x_r + b_hr), z = s(x_z + b_hz), n = tanh(x_n + r b_hn), g = (1 - z) n, diag = z,
@@ -240,6 +241,222 @@ at::Tensor lstm_view_backward(const at::Tensor& Z_, const at::Tensor& dg, const 
   return dZ;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The sequence-level paper's approximate GRU and LSTM forms (rnnlens/cells/ngram.py, GRUApprox
+// and LSTMApprox), whose terms are polynomials in the x-projections: one pass each way, every
+// kind (approx, simplified, variant) through the constants k (ngram.py names them).
+//
+// GRU, from P = [x_r, x_z, x_n], k = (kr, nz, s, beta, d0, dz):
+//   g = x_n (1/2 - x_z/4),  coef = [kr x_z, -nz x_n/4, 1/4 + s (x_r - x_z - beta x_z x_r)/8],
+//   diag = d0 + dz x_z; coef's blocks from b0 on only (the approx form reads no W_hr: b0 = 1;
+//   the simplified one only W_hn: b0 = 2)
+// LSTM, from z = [z_i, z_f, z_c, z_o], k = (ff, f0, fi, fc, ai, ag, ko, aog, aov):
+//   g_c = (z_i + 2) z_c/4,  g_h = (z_o + 2) g_c/4,  f = (ff z_f + f0 + fi z_i + fc z_c)/4,
+//   a_i = ai z_c/4,  a_g = (ag z_i + 2)/4,  a_f = z_f/10,  k = (ko z_o + 2)/4,
+//   a_o = (aog g_c + aov (z_f + z_o)/10)/4;  g_view = [g_c, g_h]
+template <typename T>
+void gru_approx_fwd(const T* P, const double* k, int64_t b0, T* g, T* coef, T* diag, int64_t N, int64_t H) {
+  const T kr = T(k[0]), nz = T(k[1]), s = T(k[2]), beta = T(k[3]), d0 = T(k[4]), dz = T(k[5]);
+  const int64_t KW = (3 - b0) * H;
+  at::parallel_for(0, N, kGrain, [&](int64_t n0, int64_t n1) {
+    for (int64_t p = n0; p < n1; ++p) {
+      const T* __restrict__ xr = P + p * 3 * H;
+      const T* __restrict__ xz = xr + H;
+      const T* __restrict__ xn = xr + 2 * H;
+      T* __restrict__ c = coef + p * KW;
+      T* __restrict__ gp = g + p * H;
+      T* __restrict__ dp = diag + p * H;
+      for (int64_t j = 0; j < H; ++j) {
+        const T r = xr[j], z = xz[j], n = xn[j];
+        const T cr = kr * z, cz = T(-0.25) * nz * n, cn = T(0.25) + T(0.125) * s * (r - z - beta * z * r);
+        gp[j] = n * (T(0.5) - T(0.25) * z);
+        if (b0 == 0) {
+          c[j] = cr;
+          c[H + j] = cz;
+          c[2 * H + j] = cn;
+        } else if (b0 == 1) {
+          c[j] = cz;
+          c[H + j] = cn;
+        } else {
+          c[j] = cn;
+        }
+        dp[j] = d0 + dz * z;
+      }
+    }
+  });
+}
+
+template <typename T>
+void gru_approx_bwd(const T* P, const double* k, int64_t b0, const T* G, const T* C, const T* D, T* dP, int64_t N,
+                    int64_t H) {
+  const T kr = T(k[0]), nz = T(k[1]), s = T(k[2]), beta = T(k[3]), dz = T(k[5]);
+  const int64_t KW = (3 - b0) * H;
+  at::parallel_for(0, N, kGrain, [&](int64_t n0, int64_t n1) {
+    for (int64_t p = n0; p < n1; ++p) {
+      const T* __restrict__ x = P + p * 3 * H;       // [x_r, x_z, x_n]
+      const T* __restrict__ gg = G + p * H;
+      const T* __restrict__ cc = C + p * KW;
+      const T* __restrict__ dd = D + p * H;
+      T* __restrict__ out = dP + p * 3 * H;
+      for (int64_t j = 0; j < H; ++j) {
+        const T r = x[j], z = x[H + j], n = x[2 * H + j], Gj = gg[j];
+        const T Cr = b0 == 0 ? cc[j] : T(0), Cz = b0 <= 1 ? cc[(1 - b0) * H + j] : T(0);
+        const T Cn = T(0.125) * s * cc[(2 - b0) * H + j];
+        out[j] = Cn * (T(1) - beta * z);
+        out[H + j] = T(-0.25) * Gj * n + kr * Cr - Cn * (T(1) + beta * r) + dz * dd[j];
+        out[2 * H + j] = Gj * (T(0.5) - T(0.25) * z) - T(0.25) * nz * Cz;
+      }
+    }
+  });
+}
+
+template <typename T>
+struct ApproxLstmOut {
+  T *g, *f, *ai, *ag, *af, *k, *ao;     // af may be null (no a_f term)
+};
+
+template <typename T>
+void lstm_approx_fwd(const T* Z, const double* kk, const ApproxLstmOut<T>& o, int64_t N, int64_t H) {
+  const T ff = T(kk[0]), f0 = T(kk[1]), fi = T(kk[2]), fc = T(kk[3]), ai = T(kk[4]), ag = T(kk[5]), ko = T(kk[6]),
+          aog = T(kk[7]), aov = T(kk[8]);
+  at::parallel_for(0, N, kGrain, [&](int64_t n0, int64_t n1) {
+    for (int64_t p = n0; p < n1; ++p) {
+      const T* __restrict__ zi = Z + p * 4 * H;
+      const T* __restrict__ zf = zi + H;
+      const T* __restrict__ zc = zi + 2 * H;
+      const T* __restrict__ zo = zi + 3 * H;
+      T* __restrict__ g2 = o.g + p * 2 * H;
+      T* __restrict__ f = o.f + p * H;
+      T* __restrict__ a_i = o.ai + p * H;
+      T* __restrict__ a_g = o.ag + p * H;
+      T* __restrict__ k = o.k + p * H;
+      T* __restrict__ a_o = o.ao + p * H;
+      for (int64_t j = 0; j < H; ++j) {
+        const T i = zi[j], fz = zf[j], c = zc[j], oz = zo[j];
+        const T gc = T(0.25) * (i + T(2)) * c;
+        g2[j] = gc;
+        g2[H + j] = T(0.25) * (oz + T(2)) * gc;
+        f[j] = T(0.25) * (ff * fz + f0 + fi * i + fc * c);
+        a_i[j] = T(0.25) * ai * c;
+        a_g[j] = T(0.25) * (ag * i + T(2));
+        k[j] = T(0.25) * (ko * oz + T(2));
+        a_o[j] = T(0.25) * (aog * gc + T(0.1) * aov * (fz + oz));
+      }
+      if (o.af) {
+        T* __restrict__ a_f = o.af + p * H;
+        for (int64_t j = 0; j < H; ++j) a_f[j] = T(0.1) * zf[j];
+      }
+    }
+  });
+}
+
+template <typename T>
+struct ApproxLstmGrads {
+  const T *dg, *df, *dai, *dag, *daf, *dk, *dao;     // daf may be null
+};
+
+template <typename T>
+void lstm_approx_bwd(const T* Z, const double* kk, const ApproxLstmGrads<T>& d, T* dZ, int64_t N, int64_t H) {
+  const T ff = T(kk[0]), fi = T(kk[2]), fc = T(kk[3]), ai = T(kk[4]), ag = T(kk[5]), ko = T(kk[6]), aog = T(kk[7]),
+          aov = T(kk[8]);
+  at::parallel_for(0, N, kGrain, [&](int64_t n0, int64_t n1) {
+    for (int64_t p = n0; p < n1; ++p) {
+      const T* __restrict__ zi = Z + p * 4 * H;
+      const T* __restrict__ zc = zi + 2 * H;
+      const T* __restrict__ zo = zi + 3 * H;
+      const T* __restrict__ dg = d.dg + p * 2 * H;
+      const int64_t o1 = p * H;
+      T* __restrict__ out = dZ + p * 4 * H;
+      for (int64_t j = 0; j < H; ++j) {
+        const T i = zi[j], c = zc[j], oz = zo[j], dgh = dg[H + j];
+        const T df = d.df[o1 + j], dao = d.dao[o1 + j];
+        const T dgc = dg[j] + T(0.25) * (dgh * (oz + T(2)) + aog * dao);      // g_c's gradient, all paths
+        out[j] = T(0.25) * (dgc * c + fi * df + ag * d.dag[o1 + j]);
+        out[H + j] = T(0.25) * (ff * df + T(0.1) * aov * dao);
+        out[2 * H + j] = T(0.25) * (dgc * (i + T(2)) + fc * df + ai * d.dai[o1 + j]);
+        out[3 * H + j] = T(0.25) * (dgh * T(0.25) * (i + T(2)) * c + ko * d.dk[o1 + j] + T(0.1) * aov * dao);
+      }
+      if (d.daf) {
+        for (int64_t j = 0; j < H; ++j) out[H + j] += T(0.1) * d.daf[o1 + j];
+      }
+    }
+  });
+}
+
+// coef holds the blocks from b0 on (those of the recurrent matrices the kind reads: the others' are zero)
+std::vector<at::Tensor> gru_approx_forward(const at::Tensor& P_, c10::ArrayRef<double> k, int64_t b0) {
+  TORCH_CHECK(k.size() == 6 && b0 >= 0 && b0 <= 2, "gru_approx_forward: 6 constants, a first block 0-2");
+  const at::Tensor P = P_.contiguous();
+  const int64_t H = P.size(-1) / 3, N = P.numel() / (3 * H);
+  auto lead = P.sizes().vec();
+  lead.pop_back();
+  auto shape = [&](int64_t last) { auto s = lead; s.push_back(last); return s; };
+  at::Tensor g = at::empty(shape(H), P.options()), coef = at::empty(shape((3 - b0) * H), P.options()),
+             diag = at::empty(shape(H), P.options());
+  AT_DISPATCH_FLOATING_TYPES(P.scalar_type(), "gru_approx_forward", [&] {
+    gru_approx_fwd<scalar_t>(P.data_ptr<scalar_t>(), k.data(), b0, g.data_ptr<scalar_t>(), coef.data_ptr<scalar_t>(),
+                             diag.data_ptr<scalar_t>(), N, H);
+  });
+  return {g, coef, diag};
+}
+
+at::Tensor gru_approx_backward(const at::Tensor& P_, c10::ArrayRef<double> k, int64_t b0, const at::Tensor& dg,
+                               const at::Tensor& dcoef, const at::Tensor& ddiag) {
+  TORCH_CHECK(k.size() == 6 && b0 >= 0 && b0 <= 2, "gru_approx_backward: 6 constants, a first block 0-2");
+  const at::Tensor P = P_.contiguous();
+  const int64_t H = P.size(-1) / 3, N = P.numel() / (3 * H);
+  auto given = [&](const at::Tensor& d, int64_t last) {     // a missing gradient is a zero one
+    return d.numel() ? d.contiguous() : at::zeros({N, last}, P.options());
+  };
+  const at::Tensor G = given(dg, H), C = given(dcoef, (3 - b0) * H), D = given(ddiag, H);
+  at::Tensor dP = at::empty_like(P);
+  AT_DISPATCH_FLOATING_TYPES(P.scalar_type(), "gru_approx_backward", [&] {
+    gru_approx_bwd<scalar_t>(P.data_ptr<scalar_t>(), k.data(), b0, G.data_ptr<scalar_t>(), C.data_ptr<scalar_t>(),
+                             D.data_ptr<scalar_t>(), dP.data_ptr<scalar_t>(), N, H);
+  });
+  return dP;
+}
+
+// -> [g_view, f, a_i, a_g, a_f (empty without the term), k, a_o]
+std::vector<at::Tensor> lstm_approx_forward(const at::Tensor& Z_, c10::ArrayRef<double> k, bool with_af) {
+  TORCH_CHECK(k.size() == 9, "lstm_approx_forward: 9 constants");
+  const at::Tensor Z = Z_.contiguous();
+  const int64_t H = Z.size(-1) / 4, N = Z.numel() / (4 * H);
+  auto lead = Z.sizes().vec();
+  lead.pop_back();
+  auto shape = [&](int64_t last) { auto s = lead; s.push_back(last); return s; };
+  std::vector<at::Tensor> outs = {at::empty(shape(2 * H), Z.options())};
+  for (int q = 0; q < 6; ++q)
+    outs.push_back(q == 3 && !with_af ? at::empty({0}, Z.options()) : at::empty(shape(H), Z.options()));
+  AT_DISPATCH_FLOATING_TYPES(Z.scalar_type(), "lstm_approx_forward", [&] {
+    auto ptr = [](at::Tensor& t) -> scalar_t* { return t.numel() ? t.data_ptr<scalar_t>() : nullptr; };
+    ApproxLstmOut<scalar_t> o{ptr(outs[0]), ptr(outs[1]), ptr(outs[2]), ptr(outs[3]), ptr(outs[4]), ptr(outs[5]),
+                              ptr(outs[6])};
+    lstm_approx_fwd<scalar_t>(Z.data_ptr<scalar_t>(), k.data(), o, N, H);
+  });
+  return outs;
+}
+
+at::Tensor lstm_approx_backward(const at::Tensor& Z_, c10::ArrayRef<double> k, const at::Tensor& dg,
+                                const at::Tensor& df, const at::Tensor& dai, const at::Tensor& dag,
+                                const at::Tensor& daf, const at::Tensor& dk, const at::Tensor& dao) {
+  TORCH_CHECK(k.size() == 9, "lstm_approx_backward: 9 constants");
+  const at::Tensor Z = Z_.contiguous();
+  const int64_t H = Z.size(-1) / 4, N = Z.numel() / (4 * H);
+  at::Tensor dZ = at::empty_like(Z);
+  auto given = [&](const at::Tensor& d, int64_t last) {     // a missing gradient is a zero one
+    return d.numel() ? d.contiguous() : at::zeros({N, last}, Z.options());
+  };
+  std::vector<at::Tensor> ds = {given(dg, 2 * H), given(df, H), given(dai, H), given(dag, H), daf.contiguous(),
+                                given(dk, H), given(dao, H)};
+  AT_DISPATCH_FLOATING_TYPES(Z.scalar_type(), "lstm_approx_backward", [&] {
+    auto ptr = [](const at::Tensor& t) -> const scalar_t* { return t.numel() ? t.data_ptr<scalar_t>() : nullptr; };
+    ApproxLstmGrads<scalar_t> d{ptr(ds[0]), ptr(ds[1]), ptr(ds[2]), ptr(ds[3]), ptr(ds[4]), ptr(ds[5]), ptr(ds[6])};
+    lstm_approx_bwd<scalar_t>(Z.data_ptr<scalar_t>(), k.data(), d, dZ.data_ptr<scalar_t>(), N, H);
+  });
+  return dZ;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(rnnlens_view_terms, m) {
@@ -247,6 +464,11 @@ TORCH_LIBRARY(rnnlens_view_terms, m) {
   m.def("gru_backward(Tensor P, Tensor b_hh, Tensor dg, Tensor dcoef, Tensor ddiag) -> Tensor[]");
   m.def("lstm_forward(Tensor z) -> Tensor[]");
   m.def("lstm_backward(Tensor z, Tensor dg, Tensor df, Tensor dai, Tensor dag, Tensor dao, Tensor dk) -> Tensor");
+  m.def("gru_approx_forward(Tensor P, float[] k, int b0) -> Tensor[]");
+  m.def("gru_approx_backward(Tensor P, float[] k, int b0, Tensor dg, Tensor dcoef, Tensor ddiag) -> Tensor");
+  m.def("lstm_approx_forward(Tensor z, float[] k, bool with_af) -> Tensor[]");
+  m.def("lstm_approx_backward(Tensor z, float[] k, Tensor dg, Tensor df, Tensor dai, Tensor dag, Tensor daf, "
+        "Tensor dk, Tensor dao) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(rnnlens_view_terms, CPU, m) {
@@ -254,4 +476,8 @@ TORCH_LIBRARY_IMPL(rnnlens_view_terms, CPU, m) {
   m.impl("gru_backward", &gru_view_backward);
   m.impl("lstm_forward", &lstm_view_forward);
   m.impl("lstm_backward", &lstm_view_backward);
+  m.impl("gru_approx_forward", &gru_approx_forward);
+  m.impl("gru_approx_backward", &gru_approx_backward);
+  m.impl("lstm_approx_forward", &lstm_approx_forward);
+  m.impl("lstm_approx_backward", &lstm_approx_backward);
 }
