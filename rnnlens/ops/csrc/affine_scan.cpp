@@ -290,6 +290,7 @@ void lstm_fwd_impl(const at::Tensor& g, const at::Tensor& W, const std::vector<a
           const T* __restrict__ uf = ub + of;
           for (int64_t j = 0; j < H; ++j) out[j] += af[j] * uf[j];
         }
+#pragma GCC ivdep
         for (int64_t j = 0; j < H; ++j) {
           out[H + j] = gc[H + j] + kk[j] * out[j] + ao[j] * uo[j];
           out[j] += gc[j];
@@ -365,6 +366,7 @@ void lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const std::vector
         T* __restrict__ ti = tb + oi;
         T* __restrict__ tg = tb + og;
         T* __restrict__ to = tb + oo;
+#pragma GCC ivdep
         for (int64_t j = 0; j < H; ++j) {
           const T dc = ds[j] + del[j], dh = ds[H + j] + db[j] + ph[j];
           din[j] = dc;
@@ -470,22 +472,30 @@ void lstm_grads_impl(const T* din, const T* S, const T* s0, const T* U, const Ga
                      *__restrict__ dao = outs[3] + o, *__restrict__ dk = outs[4] + o;
       T* __restrict__ g = G + p * KH;
       T* __restrict__ hv = hprev + o;
+      // ivdep: these rows never overlap, but GCC does not take restrict on block-scope pointers,
+      // and without it the loop versions itself for aliasing past its limit and stays scalar
+#pragma GCC ivdep
       for (int64_t j = 0; j < H; ++j) {
         const T du = dc[j] + kk[j] * dh[j];
-        T uu = f[j] * cp[j] + ai[j] * u[oi + j] + ag[j] * u[og + j];
-        if (Gt.af) uu += Gt.af[o + j] * u[of + j];
         hv[j] = hp[j];
         df[j] = du * cp[j];
         dai[j] = du * u[oi + j];
         dag[j] = du * u[og + j];
         dao[j] = dh[j] * u[oo + j];
-        dk[j] = dh[j] * uu;
+        dk[j] = dh[j] * (f[j] * cp[j] + ai[j] * u[oi + j] + ag[j] * u[og + j]);
         g[oi + j] = du * ai[j];
         g[og + j] = du * ag[j];
         g[oo + j] = dh[j] * ao[j];
-        if (Gt.af) {
-          outs[5][o + j] = du * u[of + j];
-          g[of + j] = du * Gt.af[o + j];
+      }
+      if (Gt.af) {
+        const T* __restrict__ af = Gt.af + o;
+        T* __restrict__ daf = outs[5] + o;
+#pragma GCC ivdep
+        for (int64_t j = 0; j < H; ++j) {
+          const T du = dc[j] + kk[j] * dh[j];
+          dk[j] += dh[j] * af[j] * u[of + j];
+          daf[j] = du * u[of + j];
+          g[of + j] = du * af[j];
         }
       }
     }

@@ -21,6 +21,11 @@
 
 #include "vecmath.h"
 
+// The loops over a position's H values carry `#pragma GCC ivdep`: their rows never overlap, but
+// GCC does not take restrict on block-scope pointers, so without it each loop versions itself
+// for aliasing past its limit of run-time checks and stays scalar (measured: the LSTM view
+// terms' backward 2.2 -> 1.3 ms at 32 x 35 x 256 on 2 threads).
+
 namespace {
 
 using rnnlens_vec::sigmoid_of;
@@ -49,6 +54,7 @@ void gru_fwd(const T* P, const T* bhh, T* g, T* coef, T* diag, int64_t N, int64_
       sigmoid_of(w.data(), z, H);
       for (int64_t j = 0; j < H; ++j) v[j] = xn[j] + r[j] * bhn[j];
       tanh_of(v.data(), nn.data(), H, T(1));
+#pragma GCC ivdep
       for (int64_t j = 0; j < H; ++j) {
         const T n = nn[j], zz = z[j], rr = r[j];
         const T dn = (T(1) - zz) * (T(1) - n * n);
@@ -83,6 +89,7 @@ void gru_bwd(const T* P, const T* bhh, const T* G, const T* C, const T* D, T* dP
         const T* __restrict__ cr = C + p * 3 * H;
         const T* __restrict__ dd = D + p * H;
         T* __restrict__ out = dP + p * 3 * H;
+#pragma GCC ivdep
         for (int64_t j = 0; j < H; ++j) {
           const T n = nn[j], zz = z[j], rr = r[j], b = bhn[j];
           const T q = T(1) - n * n, sr = rr * (T(1) - rr), sz = zz * (T(1) - zz);
@@ -154,6 +161,7 @@ void lstm_fwd(const T* Z, T* gv, T* f, T* ai, T* ag, T* ao, T* k, int64_t N, int
       for (int64_t j = 0; j < H; ++j) c[j] = i[j] * gg[j];
       tanh_of(c.data(), tc.data(), H, T(1));
       T* __restrict__ g2 = gv + p * 2 * H;
+#pragma GCC ivdep
       for (int64_t j = 0; j < H; ++j) {
         g2[j] = c[j];
         g2[H + j] = o[j] * tc[j];
@@ -185,6 +193,7 @@ void lstm_bwd(const T* Z, const LstmGrads<T>& d, T* dZ, int64_t N, int64_t H) {
       tanh_of(c.data(), tc.data(), H, T(1));
       const int64_t o1 = p * H;
       T* __restrict__ out = dZ + p * 4 * H;
+#pragma GCC ivdep
       for (int64_t j = 0; j < H; ++j) {
         const T ii = i[j], ff = f[j], g0 = gg[j], oo = o[j], t = tc[j];
         const T one_tc2 = T(1) - t * t, so = oo * (T(1) - oo), si = ii * (T(1) - ii), one_g2 = T(1) - g0 * g0;
@@ -260,27 +269,26 @@ void gru_approx_fwd(const T* P, const double* k, int64_t b0, T* g, T* coef, T* d
   const int64_t KW = (3 - b0) * H;
   at::parallel_for(0, N, kGrain, [&](int64_t n0, int64_t n1) {
     for (int64_t p = n0; p < n1; ++p) {
-      const T* __restrict__ xr = P + p * 3 * H;
-      const T* __restrict__ xz = xr + H;
-      const T* __restrict__ xn = xr + 2 * H;
-      T* __restrict__ c = coef + p * KW;
+      const T* __restrict__ x = P + p * 3 * H;       // [x_r, x_z, x_n]
+      T* __restrict__ cr = coef + p * KW;           // the blocks from b0 on: c_r (b0 = 0), c_z (b0 <= 1), c_n
+      T* __restrict__ cz = cr + (b0 == 0 ? H : 0);
+      T* __restrict__ cn = coef + p * KW + (2 - b0) * H;
       T* __restrict__ gp = g + p * H;
       T* __restrict__ dp = diag + p * H;
+#pragma GCC ivdep
       for (int64_t j = 0; j < H; ++j) {
-        const T r = xr[j], z = xz[j], n = xn[j];
-        const T cr = kr * z, cz = T(-0.25) * nz * n, cn = T(0.25) + T(0.125) * s * (r - z - beta * z * r);
+        const T r = x[j], z = x[H + j], n = x[2 * H + j];
         gp[j] = n * (T(0.5) - T(0.25) * z);
-        if (b0 == 0) {
-          c[j] = cr;
-          c[H + j] = cz;
-          c[2 * H + j] = cn;
-        } else if (b0 == 1) {
-          c[j] = cz;
-          c[H + j] = cn;
-        } else {
-          c[j] = cn;
-        }
+        cn[j] = T(0.25) + T(0.125) * s * (r - z - beta * z * r);
         dp[j] = d0 + dz * z;
+      }
+      if (b0 <= 1) {
+#pragma GCC ivdep
+        for (int64_t j = 0; j < H; ++j) cz[j] = T(-0.25) * nz * x[2 * H + j];
+      }
+      if (b0 == 0) {
+#pragma GCC ivdep
+        for (int64_t j = 0; j < H; ++j) cr[j] = kr * x[H + j];
       }
     }
   });
@@ -295,16 +303,25 @@ void gru_approx_bwd(const T* P, const double* k, int64_t b0, const T* G, const T
     for (int64_t p = n0; p < n1; ++p) {
       const T* __restrict__ x = P + p * 3 * H;       // [x_r, x_z, x_n]
       const T* __restrict__ gg = G + p * H;
-      const T* __restrict__ cc = C + p * KW;
+      const T* __restrict__ cr = C + p * KW;
+      const T* __restrict__ cz = cr + (b0 == 0 ? H : 0);
+      const T* __restrict__ cn = C + p * KW + (2 - b0) * H;
       const T* __restrict__ dd = D + p * H;
       T* __restrict__ out = dP + p * 3 * H;
+#pragma GCC ivdep
       for (int64_t j = 0; j < H; ++j) {
-        const T r = x[j], z = x[H + j], n = x[2 * H + j], Gj = gg[j];
-        const T Cr = b0 == 0 ? cc[j] : T(0), Cz = b0 <= 1 ? cc[(1 - b0) * H + j] : T(0);
-        const T Cn = T(0.125) * s * cc[(2 - b0) * H + j];
+        const T r = x[j], z = x[H + j], n = x[2 * H + j], Gj = gg[j], Cn = T(0.125) * s * cn[j];
         out[j] = Cn * (T(1) - beta * z);
-        out[H + j] = T(-0.25) * Gj * n + kr * Cr - Cn * (T(1) + beta * r) + dz * dd[j];
-        out[2 * H + j] = Gj * (T(0.5) - T(0.25) * z) - T(0.25) * nz * Cz;
+        out[H + j] = T(-0.25) * Gj * n - Cn * (T(1) + beta * r) + dz * dd[j];
+        out[2 * H + j] = Gj * (T(0.5) - T(0.25) * z);
+      }
+      if (b0 <= 1) {
+#pragma GCC ivdep
+        for (int64_t j = 0; j < H; ++j) out[2 * H + j] -= T(0.25) * nz * cz[j];
+      }
+      if (b0 == 0) {
+#pragma GCC ivdep
+        for (int64_t j = 0; j < H; ++j) out[H + j] += kr * cr[j];
       }
     }
   });
@@ -331,6 +348,7 @@ void lstm_approx_fwd(const T* Z, const double* kk, const ApproxLstmOut<T>& o, in
       T* __restrict__ a_g = o.ag + p * H;
       T* __restrict__ k = o.k + p * H;
       T* __restrict__ a_o = o.ao + p * H;
+#pragma GCC ivdep
       for (int64_t j = 0; j < H; ++j) {
         const T i = zi[j], fz = zf[j], c = zc[j], oz = zo[j];
         const T gc = T(0.25) * (i + T(2)) * c;
@@ -367,17 +385,24 @@ void lstm_approx_bwd(const T* Z, const double* kk, const ApproxLstmGrads<T>& d, 
       const T* __restrict__ dg = d.dg + p * 2 * H;
       const int64_t o1 = p * H;
       T* __restrict__ out = dZ + p * 4 * H;
+      const T* __restrict__ Df = d.df + o1;
+      const T* __restrict__ Dao = d.dao + o1;
+      const T* __restrict__ Dag = d.dag + o1;
+      const T* __restrict__ Dai = d.dai + o1;
+      const T* __restrict__ Dk = d.dk + o1;
+#pragma GCC ivdep
       for (int64_t j = 0; j < H; ++j) {
         const T i = zi[j], c = zc[j], oz = zo[j], dgh = dg[H + j];
-        const T df = d.df[o1 + j], dao = d.dao[o1 + j];
+        const T df = Df[j], dao = Dao[j];
         const T dgc = dg[j] + T(0.25) * (dgh * (oz + T(2)) + aog * dao);      // g_c's gradient, all paths
-        out[j] = T(0.25) * (dgc * c + fi * df + ag * d.dag[o1 + j]);
+        out[j] = T(0.25) * (dgc * c + fi * df + ag * Dag[j]);
         out[H + j] = T(0.25) * (ff * df + T(0.1) * aov * dao);
-        out[2 * H + j] = T(0.25) * (dgc * (i + T(2)) + fc * df + ai * d.dai[o1 + j]);
-        out[3 * H + j] = T(0.25) * (dgh * T(0.25) * (i + T(2)) * c + ko * d.dk[o1 + j] + T(0.1) * aov * dao);
+        out[2 * H + j] = T(0.25) * (dgc * (i + T(2)) + fc * df + ai * Dai[j]);
+        out[3 * H + j] = T(0.25) * (dgh * T(0.25) * (i + T(2)) * c + ko * Dk[j] + T(0.1) * aov * dao);
       }
       if (d.daf) {
-        for (int64_t j = 0; j < H; ++j) out[H + j] += T(0.1) * d.daf[o1 + j];
+        const T* __restrict__ Daf = d.daf + o1;
+        for (int64_t j = 0; j < H; ++j) out[H + j] += T(0.1) * Daf[j];
       }
     }
   });
