@@ -13,7 +13,10 @@ own and nothing one measurement leaves behind (allocator caches, threads) touche
 - speed: benchmarks/cells.py's forward + backward of every registered cell alone on x[B,T,E]
   = [32, 35, 256], hidden 256, against torch.nn.LSTM, GRU, RNN (and the LSTM with oneDNN
   off); median of 5 repeats after 2 warm-up passes; the RRNN cells and torch.nn.LSTM again
-  at length 1024;
+  at length 1024. Every cell a target names is timed in turns with its reference (the
+  rnnlens Elman/GRU/LSTM with torch's module of their kind, the others with torch.nn.LSTM),
+  a pass of each per round in one process, and its target ratio is over those rounds;
+  the other cells' ratios are against the torch.nn.LSTM runs timed just before and after;
 - urn: benchmarks/urn.py's `speed`, the URN of 50 units on Dyck strings (batch 32 x 35);
 - lm: benchmarks/lm.py, the RM(+tM-g) model's training step against an LSTM language
   model of the same width (torch.nn.LSTM), vocabulary 10,000, and at 1,000;
@@ -242,14 +245,20 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
         log(f"warning: 1-minute load average is {load0:.2f}: other work is running and will skew the numbers")
     t0 = time.perf_counter()
     plan: dict[str, list[dict]] = {}
+    # every cell a target names is timed in turns with its reference in one process (cells.paired):
+    # a ratio then compares two timings of the same seconds, which neither drift nor one slow
+    # reference run elsewhere in the suite can skew; the other cells against the runs of
+    # torch.nn.LSTM timed next to them (local_references)
+    paired = {**{n: REF for n in speed_goals}, **OWN_TARGETS}
     if "speed" in parts:
-        plan["speed"] = [_cells_job(n, s["length"], s, against=OWN_TARGETS.get(n))
+        plan["speed"] = [_cells_job(n, s["length"], s, against=paired.get(n))
                          for n in (*TORCH, *with_references(cells))]
     if "long" in parts:
         own = [c for c in OWN_TARGETS if c in cells] if cuda else []
         long_cells = [*(OWN_TARGETS[c] for c in own), *own, *(c for c in long_goals if c in cells)]
+        paired_long = {**{n: REF for n in long_goals}, **OWN_TARGETS}
         plan["long"] = [_cells_job(n, s["long"], s, batch=s.get("long_batch"), size=s.get("long_size"),
-                                   against=OWN_TARGETS.get(n))
+                                   against=paired_long.get(n))
                         for n in (REF, *with_references(long_cells))]
     if "bounds" in parts:
         from .bounds import CELLS as BOUND_CELLS, WORD_MATRIX
@@ -333,12 +342,16 @@ def with_references(names: list[str], every: int = REF_EVERY) -> list[str]:
 def local_references(rows: list[dict]) -> list[dict]:
     """Each row of a speed table in timing order, given `ref_tokens_per_s`: the mean of the
     reference's runs just before and just after it (the repeated ones are named REF + AGAIN),
-    so that a ratio compares two timings minutes apart at most, not the whole suite apart."""
+    so that a ratio compares two timings minutes apart at most, not the whole suite apart; for
+    a row timed in turns with the reference (`pair`), the reference's runs of those rounds."""
     refs = [i for i, r in enumerate(rows) if r.get("cell") in (REF, REF + AGAIN) and "error" not in r]
     out = []
     for i, r in enumerate(rows):
         if "error" in r or r.get("cell") in (REF, REF + AGAIN) or not refs:
             out.append(r)
+            continue
+        if r.get("pair") == REF:            # timed in turns with it: those rounds are its reference
+            out.append({**r, "ref_tokens_per_s": r["pair_tokens_per_s"]})
             continue
         before = [j for j in refs if j < i][-1:]
         after = [j for j in refs if j > i][:1]
@@ -565,9 +578,11 @@ def report(res: dict, quick: bool, device: str, threads: int, started: str, seco
                   "warm-up passes, each cell in its own process (CUDA: each part in one process); peak MB = peak RSS growth (CUDA: the allocator's). "
                   f"x LSTM: against the mean of the {REF} runs timed just before and after the cell (the "
                   f"'{REF + AGAIN}' rows, after every {REF_EVERY} cells, each against the first {REF}: the "
-                  "machine's speed drifts over a run). The rnnlens elman, gru and lstm rows are timed in turns "
-                  "with torch's module of their kind in one process (a pass of each per round, cells.paired): "
-                  "their targets' ratios are over those rounds, and their peak MB is not measured.",
+                  "machine's speed drifts over a run). The rows of the cells a target names are timed in turns "
+                  "with their reference in one process (a pass of each per round, cells.paired; the rnnlens elman, "
+                  "gru and lstm with torch's module of their kind, the others with torch.nn.LSTM): their targets' "
+                  "ratios are over those rounds, and their peak MB is not measured here (the memory part "
+                  "measures it).",
                   "", cells_mod.table(res["speed"], lstm), ""]
     if "long" in res:
         lstm = next((r["tokens_per_s"] for r in res["long"] if r.get("cell") == "torch.nn.LSTM" and "error" not in r), None)

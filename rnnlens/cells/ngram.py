@@ -244,22 +244,19 @@ class GRUApprox(_TorchLayout):
             return [zero, zero, torch.full_like(xr, 0.25)], torch.full_like(xr, 0.5)
         return [xz / 4, -xn / 4, 0.25 + (xr - xz - xr * xz) / 8], torch.full_like(xr, 0.7)
 
-    def _terms_ref(self, P):
-        """(g, coef [..., 3H], diag) from the projection P = [x^r, x^z, x^n], as the equations read."""
+    def _terms_ref(self, P, first: int = 0):
+        """(g, coef, diag) from the projection P = [x^r, x^z, x^n], as the equations read; coef
+        [..., (3 - first) H] holds the coefficients of W_hr, W_hz, W_hn from block `first` on."""
         xr, xz, xn = P.chunk(3, -1)
         coef, diag = self._coef(xr, xz, xn)
-        return xn / 2 - xn * xz / 4, torch.cat(coef, -1), diag
+        return xn / 2 - xn * xz / 4, torch.cat(coef[first:], -1), diag
 
     def _view(self, x, mask):
         # A reads the recurrent matrices from the kind's first block on (approx: no W_hr term;
         # simplified: W_hn alone), so the view multiplies by those alone
         P, b0 = self._P(x), GRU_FIRST_BLOCK[self.kind]
         H = self.hidden_size
-        if native(P):
-            g, coef, diag = gru_approx_terms(P, self.kind)
-        else:
-            g, coef, diag = self._terms_ref(P)
-            coef = coef[..., b0 * H:]
+        g, coef, diag = gru_approx_terms(P, self.kind) if native(P) else self._terms_ref(P, b0)
         return StructuredView(g, mask, self.weight_hh[b0 * H:], coef, diag=diag, exact=True)
 
     def matrices_ref(self, x):

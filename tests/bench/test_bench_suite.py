@@ -208,3 +208,18 @@ def test_lm_head_benchmark_times_both_paths_and_restores_the_head(capsys):
     assert (LMHead.forward, LMHead.nll_sum) == before
     out = capsys.readouterr().out
     assert "lstm LM, hidden 8, vocabulary 50" in out and "plain / rnnlens" in out
+
+
+def test_a_cell_timed_in_turns_with_the_reference_reads_those_rounds(suite):
+    """A targeted cell timed in turns with torch.nn.LSTM in its own process (cells.paired):
+    its ratio, in the targets and in the speed table, is over those rounds, whatever the
+    reference runs around it in the suite measured (one slow run there no longer skews it)."""
+    again = "torch.nn.LSTM (again)"
+    rows = [{"cell": "torch.nn.LSTM", "tokens_per_s": 100.0},
+            {"cell": "c4", "tokens_per_s": 90.0, "pair": "torch.nn.LSTM", "pair_tokens_per_s": 100.0},
+            {"cell": again, "tokens_per_s": 40.0}]
+    rows = suite.local_references(rows)
+    assert rows[1]["ref_tokens_per_s"] == pytest.approx(100.0)           # the pair's, not (100 + 40) / 2
+    res = {"settings": suite.settings(False), "speed": rows}
+    got = {r[0]: r[1] for r in suite.targets(res)}
+    assert got["c4 tokens/s / torch.nn.LSTM, length 35"] == "0.90x"
