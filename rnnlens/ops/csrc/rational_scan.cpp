@@ -207,21 +207,13 @@ void backward_rows(const Ptrs<scalar_t>& a, const scalar_t* S, const scalar_t* R
           dRt = dt;
         }
         if (PATF) {
-          const scalar_t* __restrict__ last = t == T - 1 && dRd_last ? dRd_last + b * H : nullptr;
-          if (last) {
-            scalar_t* __restrict__ dt = dread.data();
-            for (int64_t h = 0; h < H; ++h) dt[h] = dRt[h] + last[h];
-            dRt = dt;
-          }
-          const scalar_t *__restrict__ p1 = a.p1, *__restrict__ p2 = a.p2;
-          scalar_t *__restrict__ q1 = dp1 + b * H, *__restrict__ q2 = dp2 + b * H;
 #pragma GCC ivdep
           for (int64_t h = 0; h < H; ++h) {
-            const scalar_t d = dRt[h];
-            g[h] += p1[h] * d;
-            g[H + h] += p2[h] * d;
-            q1[h] += d * St[h];
-            q2[h] += d * St[H + h];
+            const scalar_t d = dRt[h] + (t == T - 1 && dRd_last ? dRd_last[b * H + h] : scalar_t(0));
+            g[h] += a.p1[h] * d;
+            g[H + h] += a.p2[h] * d;
+            dp1[b * H + h] += d * St[h];
+            dp2[b * H + h] += d * St[H + h];
           }
         } else {
           scalar_t* __restrict__ gl = g + (n - 1) * H;
