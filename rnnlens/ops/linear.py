@@ -5,19 +5,26 @@ processors (on an AMD EPYC with AVX-512 it ran [1120,256] x [256,1024] at about 
 where oneDNN, the library behind torch.nn.LSTM's fused kernel, ran the same product at
 about 410-460, and the per-step [32,256] x [256,1024] at 264 against 143 GFLOP/s). The fused
 classic cells get oneDNN through torch's RNN kernels; every other cell multiplies through
-this module, so it gets the same. The order depends on the host: on another host of the same
-kind (an AMD EPYC that torch also reports as AVX512) the two ran the forward products alike
-(that [1120,256] x [256,1024] in 3.07 and 3.01 ms on 2 threads, about 190 GFLOP/s), the
-prepacked per-step product stayed ahead (178 against 125 GFLOP/s at [32,256] x [256,1024]),
-and MKL's torch.mm ran the weight-gradient products 1.07-1.46x faster than `mm_t` below at
-every K = 256 shape (N = 1,120-32,768); the route stays, since no one order holds everywhere and a
-choice made by timing would make results depend on timing noise.
+this module, so it gets the same for its forward products and its input gradients.
+
+Weight gradients (`mm_t`, a^T b summed over rows) are the exception: oneDNN's linear reads
+its input only as a contiguous row-major matrix, so a^T b through it pays a transposed copy
+of an operand and another of the result, where MKL's GEMM takes both transposes as flags and
+copies nothing. Alone, the two routes trade places from host to host (on one AMD EPYC,
+[1120,1024]^T [1120,256] took 1.39 ms through oneDNN against 1.91 through MKL; on another of
+the same kind MKL was 1.07-1.46x faster at every K = 256 shape); inside a training step,
+where the copies also push the step's other tensors out of cache, MKL's was as fast or
+faster for every matrix cell on the latter host (forward + backward at 32 x 35 x 256 on 2
+threads, the two routes in turns in one process: MVMA-G 1.07x, MVMA-E 1.13x, RRNN(B) 1.11x,
+GRU-approx 1.05x, MVMA-L and LSTM-approx 1.03x, the rest 1.00-1.05x; at length 1024 RRNN(B)
+1.14x, RRNN(F) 1.01x, MVMA-G 0.98x). So `mm_t` is torch.mm(a.t(), b) unless
+RNNLENS_ONEDNN_WGRAD=1 (read at each call) asks for the oneDNN route, kept for comparing the two.
 
     mm(a, b)              a @ b, no autograd (for the fused scans' own backward passes)
     mm_t(a, b)            a^T @ b, no autograd (weight gradients: a sum over rows)
     linear(x, w, b=None)  x @ w^T + b, differentiable, its backward through mm as well
 
-Both fall back to torch.mm / torch.addmm wherever oneDNN does not apply: another device
+`mm` falls back to torch.mm / torch.addmm wherever oneDNN does not apply: another device
 (cuBLAS is already the fast path on a GPU), float64 (oneDNN has no double-precision
 matmul), a torch built without oneDNN, empty operands, or inputs that need grad inside
 `mm`. The
@@ -36,6 +43,8 @@ rnnlens/ops/precision.py for what the cells do with the lower-precision result. 
 `mm_t` do not autocast: the fused scans call them in float32 with autocast off.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -83,20 +92,26 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> to
     return torch.mm(a, b) if bias is None else torch.addmm(bias, a, b)
 
 
-MM_T_ROWS = 4096      # mm_t sums its product over blocks of this many rows where N is larger
+MM_T_ROWS = 4096      # the oneDNN route sums its product over blocks of this many rows where N is larger
+
+
+def _onednn_wgrad() -> bool:
+    """RNNLENS_ONEDNN_WGRAD=1: weight gradients through oneDNN too (see the module docstring)."""
+    return os.environ.get("RNNLENS_ONEDNN_WGRAD", "").strip().lower() in ("1", "true", "on", "yes")
 
 
 def mm_t(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a[N,M]^T @ b[N,K] -> [M,K] without autograd: the weight-gradient product (a sum over N
-    rows). Computed as (b^T a)^T, the order in which oneDNN reads the two transposed views
-    fastest (1.39 against 1.91 ms for [1120,1024]^T [1120,256] on the machine above). oneDNN
-    copies the transposed view b^T into a contiguous [K,N] first, and at long sequences that
-    strided copy is a large share of the product (a [32768,256] one took 17 ms of 42, at
-    [32768,512]^T [32768,256] on 2 threads), so beyond MM_T_ROWS rows the product is summed
-    over blocks of that many rows, whose copies stay in cache (30 ms there, 50 against 64 ms
-    for [32768,1024]^T [32768,256]; the same time at N <= MM_T_ROWS, which is one block)."""
+    """a[N,M]^T @ b[N,K] -> [M,K], contiguous, without autograd: the weight-gradient product
+    (a sum over N rows). torch.mm on the transposed view (MKL on the CPU, cuBLAS on a GPU: the
+    transposes are flags, nothing is copied), unless RNNLENS_ONEDNN_WGRAD=1 and oneDNN applies:
+    then (b^T a)^T through oneDNN, which copies the transposed view b^T into a contiguous [K,N]
+    first; at long sequences that copy is a large share of the product (a [32768,256] one took
+    17 ms of 42, at [32768,512]^T [32768,256] on 2 threads), so beyond MM_T_ROWS rows that
+    product is summed over blocks of that many rows, whose copies stay in cache."""
     N = a.shape[0]
-    if N <= MM_T_ROWS or not onednn_applies(a, b):
+    if not (_onednn_wgrad() and onednn_applies(a, b)):
+        return torch.mm(a.t(), b)
+    if N <= MM_T_ROWS:
         return mm(b.t(), a).t().contiguous()
     out = None
     for s in range(0, N, MM_T_ROWS):

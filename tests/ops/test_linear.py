@@ -38,8 +38,10 @@ def test_linear_takes_non_contiguous_inputs():
     assert torch.allclose(L.linear(x, w), x @ w.t(), atol=1e-5)
 
 
+@pytest.mark.parametrize("wgrad", ["", "1"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_mm_and_mm_t(dtype):
+def test_mm_and_mm_t(monkeypatch, dtype, wgrad):
+    monkeypatch.setenv("RNNLENS_ONEDNN_WGRAD", wgrad)
     a, b = torch.randn(6, 4, dtype=dtype), torch.randn(4, 3, dtype=dtype)
     bias = torch.randn(3, dtype=dtype)
     tol = 1e-5 if dtype == torch.float32 else 1e-12
@@ -53,9 +55,12 @@ def test_mm_and_mm_t(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("rows", [7, 16, 100])
-def test_mm_t_summed_over_row_blocks_equals_the_whole_product(monkeypatch, dtype, rows):
-    """Beyond MM_T_ROWS rows mm_t sums its product over blocks (a last block shorter or not);
-    the sum is the whole product, and a linear's weight gradient through it torch's."""
+@pytest.mark.parametrize("wgrad", ["", "1"])
+def test_mm_t_summed_over_row_blocks_equals_the_whole_product(monkeypatch, dtype, rows, wgrad):
+    """Through oneDNN (RNNLENS_ONEDNN_WGRAD=1), beyond MM_T_ROWS rows mm_t sums its product
+    over blocks (a last block shorter or not); the sum is the whole product, and a linear's
+    weight gradient through it torch's. The default route (MKL's GEMM) gives the same."""
+    monkeypatch.setenv("RNNLENS_ONEDNN_WGRAD", wgrad)
     monkeypatch.setattr(L, "MM_T_ROWS", 16)
     torch.manual_seed(1)
     a, c = torch.randn(rows, 9, dtype=dtype), torch.randn(rows, 5, dtype=dtype)
