@@ -10,7 +10,8 @@ estimate of each method's cost (as timeit recommends):
 - reference: `ngram_scores_ref`, A(x_t) applied to the matrix of all n-grams ending at t-1
   (concatenated anew each step), scores read each step;
 - all scores: `ngram_scores`, the same recursion in one preallocated buffer;
-- last token: `scores_ending_at(T-1)`, the reverse recursion r <- r A(x_k), O(T S^2);
+- last token: `scores_ending_at(T-1)`, the reverse recursion r <- r A(x_k), O(T S^2) (for the
+  GRU, LSTM and MVMA-G views one fused reverse scan, the adjoint pass of their fused forward);
 - streamed top-k: `top_ngrams(k=20, max_n=8)`, bounded memory for documents of any length.
 The targets: all scores at most 1.0x the reference's time; last-token scores at
 least 20x faster than the reference. Writes benchmarks/RESULTS-ngrams.md.

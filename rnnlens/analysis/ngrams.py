@@ -269,17 +269,16 @@ def scores_ending_at(view: LinearView, w: torch.Tensor, t: int) -> torch.Tensor:
     zero where t or the start is a pad position.
 
     Reverse recursion r <- r A(x_k) (NOTES.md): w^T A(x_t)...A(x_{i+1}) g(x_i) is the row
-    r_i = w^T A(x_t)...A(x_{i+1}) times g(x_i); nothing is materialised.
+    r_i = w^T A(x_t)...A(x_{i+1}) times g(x_i); nothing is materialised. The rows come from
+    `view.reverse_rows`: for the structured (Elman, GRU, MVM/MVMA-G ...) and LSTM-block views
+    one fused reverse scan, the adjoint pass of their fused forward, where no gradient is
+    wanted through it; otherwise one `rapply` a step.
     """
     require_real(view)
     W = _readout_rows(view, w)
     B = view.g.shape[0]
     R = W.expand(B, *W.shape)                               # [B,C,S]
-    rows = [R]
-    for i in range(t, 0, -1):
-        R = view.rapply(i, R)
-        rows.append(R)
-    rows = torch.stack(rows[::-1], 1)                       # [B, t+1, C, S]: r_i for every start i
+    rows = view.reverse_rows(t, R)                          # [B, t+1, C, S]: r_i for every start i
     out = torch.einsum("bics,bis->bic", rows, view.g[:, : t + 1])
     if view.mask is not None:
         out = out * valid_pairs(view)[:, t, : t + 1, None].to(out.dtype)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..errors import RnnlensError
-from ..ops.affine import lstm_scan
+from ..ops.affine import lstm_adjoints, lstm_scan
 from ..ops.fused_rnn import rnn_by_length
 from ..ops.linear import linear
 from ..ops.precision import autocast_dtype, full_precision, no_autocast
@@ -447,6 +447,18 @@ class LSTMView(LinearView):
         # without a_f, W_hf multiplies nothing: a [B,H] x [H,3H] product per step, not 4H
         W = self.w3 if self.a_f is None else self.W
         return lstm_scan, (self.g, W, self.f, self.a_i, self.a_g, self.a_o, self.k, self.a_f)
+
+    def reverse_rows(self, t, R):
+        """In one fused reverse scan (ops.affine.lstm_adjoints: the C++ backward pass on the
+        CPU) where no gradient is wanted through it."""
+        parts = (self.f, self.a_i, self.a_g, self.a_o, self.k, self.a_f)
+        if type(self)._rapply is not LSTMView._rapply or not self._fused_reverse(t, R, self.W, *parts):
+            return super().reverse_rows(t, R)
+        B, C, S = R.shape
+        W = self.w3 if self.a_f is None else self.W
+        d = lstm_adjoints(self._adjoint_input(R, t), W, *(self._by_row(p, t, C) for p in parts),
+                          mask=self._by_row(self.mask, t, C))
+        return d.view(B, C, t + 1, S).transpose(1, 2)
 
     def in_place_apply(self):
         """Without the W_hf term: A(x_t) applied to V[B,K,2H] in place, one [K,H] x [H,3H]

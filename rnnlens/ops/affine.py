@@ -408,3 +408,38 @@ def lstm_scan(g, W, f, a_i, a_g, a_o, k, a_f=None, initial_state=None, mask=None
         states = _LSTMBlockScan.apply(g, W, f, a_i, a_g, a_o, k, a_f, s0, mask,
                                       _backward_follows(g, W, f, a_i, a_g, a_o, k, a_f, s0))
     return states, states[:, -1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reverse scans alone, without autograd: every state's adjoint dL/ds_t for a loss whose
+# direct gradients are dstates. With dstates zero but at one position t, where it is a row r,
+# the adjoint at each i <= t is r A(x_t) ... A(x_{i+1}): the reverse recursion r <- r A(x_k)
+# that scores every n-gram ending at t (rnnlens.analysis.ngrams.scores_ending_at), in one C++
+# pass on the CPU instead of a handful of small tensor operations a step. At a pad the adjoint
+# passes on unchanged and its own entry is zero.
+
+def structured_adjoints(dstates: torch.Tensor, W: torch.Tensor, coef: torch.Tensor,
+                        diag: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """d_in [B,T,H] of the structured recurrence (`structured_scan`'s arguments) for the
+    direct gradients dstates [B,T,H]; not differentiable."""
+    B, T, H = dstates.shape
+    diag = torch.zeros_like(dstates) if diag is None else diag
+    with torch.no_grad(), no_autocast(dstates.device.type):
+        if _native(dstates):
+            return torch.ops.rnnlens_affine_scan.structured_backward(
+                dstates.contiguous(), W, coef, diag, _mask_arg(mask, dstates), onednn_applies(dstates, W))[0]
+        return _structured_reverse(dstates, W, coef, diag, dstates.new_zeros(B, H), mask)[0]
+
+
+def lstm_adjoints(dstates: torch.Tensor, W: torch.Tensor, f, a_i, a_g, a_o, k, a_f=None,
+                  mask: torch.Tensor | None = None) -> torch.Tensor:
+    """d_in [B,T,2H] of the LSTM block recurrence (`lstm_scan`'s arguments: W holds the blocks
+    that act, (i, g, o) without a_f, (i, f, g, o) with it) for the direct gradients dstates
+    [B,T,2H]; not differentiable."""
+    B, T, S = dstates.shape
+    with torch.no_grad(), no_autocast(dstates.device.type):
+        if _native(dstates):
+            return torch.ops.rnnlens_affine_scan.lstm_backward(
+                dstates.contiguous(), W, f, a_i, a_g, a_o, k, _none(f) if a_f is None else a_f,
+                _mask_arg(mask, dstates), onednn_applies(dstates, W))[0]
+        return _lstm_reverse(dstates, W, f, a_i, a_g, a_o, k, a_f, dstates.new_zeros(B, S), mask)[0]

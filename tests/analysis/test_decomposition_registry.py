@@ -187,3 +187,56 @@ def test_a_head_on_c_n_is_attributed_to_the_ngrams_not_the_offset():
     assert max_diff(a.offset, model.out.bias[1].expand(2)) < 1e-10
     assert max_diff(a.offset + a.total + a.remainder, f) < 1e-10
     assert a.total.abs().min() > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("cell", REAL)
+def test_reverse_rows_fused_or_not_give_the_step_by_step_rows(cell, dtype):
+    """view.reverse_rows (one fused reverse scan for the structured and LSTM-block views,
+    where no gradient is wanted) equals the step-by-step rapply loop at every real start, for
+    two read-out rows, a pad inside a row, a row ending in pads and every end position; and
+    scores_ending_at equals the batched reference's scores there."""
+    torch.manual_seed(2)
+    c = CELLS[cell](E, H).to(dtype)
+    x = torch.randn(3, 7, E, dtype=dtype)
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    mask[1, 5:] = False
+    mask[2, 2] = False
+    tol = 1e-10 if dtype == torch.float64 else 2e-5
+    with torch.no_grad():
+        view = c.linear_view(x, mask)
+        S = view.g.shape[-1]
+        w = torch.randn(2, H, dtype=dtype)
+        ref = ng.ngram_scores_ref(view, w)
+        R = ng._readout_rows(view, w).expand(3, 2, S)
+        for t in range(7):
+            fast = view.reverse_rows(t, R)
+            loop = ng.LinearView.reverse_rows(view, t, R)
+            real = mask[:, : t + 1, None, None]
+            assert fast.shape == (3, t + 1, 2, S)
+            assert max_diff(fast * real, loop * real) < tol * max(1.0, float(loop.abs().max()))
+            assert max_diff(ng.scores_ending_at(view, w, t), ref[:, t, : t + 1]) < tol * max(1.0, float(ref.abs().max()))
+
+
+@pytest.mark.parametrize("cell, module, fn", [("gru", "rnnlens.cells.base", "structured_adjoints"),
+                                              ("mvma-g", "rnnlens.cells.base", "structured_adjoints"),
+                                              ("elman", "rnnlens.cells.base", "structured_adjoints"),
+                                              ("lstm", "rnnlens.cells.classic", "lstm_adjoints"),
+                                              ("mvma-l", "rnnlens.cells.classic", "lstm_adjoints")])
+def test_reverse_rows_take_the_fused_reverse_scan_only_without_a_gradient(monkeypatch, cell, module, fn):
+    import importlib
+
+    mod = importlib.import_module(module)
+    calls = []
+    real = getattr(mod, fn)
+    monkeypatch.setattr(mod, fn, lambda *a, **k: calls.append(1) or real(*a, **k))
+    torch.manual_seed(0)
+    c = CELLS[cell](E, H).double()
+    x = torch.randn(2, 5, E, dtype=torch.float64)
+    w = torch.randn(H, dtype=torch.float64)
+    with torch.no_grad():
+        view = c.linear_view(x)
+        ng.scores_ending_at(view, w, 4)
+    assert calls == [1]
+    ng.scores_ending_at(view, w.requires_grad_(), 4)       # a gradient wanted: the rapply loop
+    assert calls == [1]
