@@ -76,7 +76,7 @@ TORCH = ("torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN", "torch.nn.LSTM-aten")
 REF = "torch.nn.LSTM"
 REF_EVERY = 4        # the speed tables time torch.nn.LSTM again after every 4 cells (the machine drifts)
 AGAIN = " (again)"   # the name of those repeated reference rows
-PROBE = 512          # the memory probe's length for cells whose length-35 run extrapolates past the budget
+PROBE = 512          # the longest memory probe for cells whose length-35 run extrapolates past the budget
 CHECKPOINTED = ("gru", "mvma-l")        # the memory rows with model.checkpoint_chunk (one within 1.5x, one not)
 
 
@@ -383,6 +383,16 @@ def _names(job: dict) -> dict:
     return {}
 
 
+def _probe_length(peak_mb: float, length: int, budget_gb: float) -> int | None:
+    """The memory probe's length: the longest of PROBE, PROBE/2 and PROBE/4 steps whose
+    run, extrapolated linearly from the length-`length` run's peak, stays within the budget
+    (a probe the size of the free memory could itself exhaust it); None when none does."""
+    for steps in (PROBE, PROBE // 2, PROBE // 4):
+        if steps > length and peak_mb * (steps / length) / 1024 <= budget_gb:
+            return steps
+    return None
+
+
 def _memory(cells, s, speed_rows, budget_gb, quick, run, together=False) -> list[dict]:
     """Peak memory of one length-T training step per cell, each in a child of its own (all in
     one child with `together`: on a GPU, where the peak is the allocator's, reset per cell)."""
@@ -396,15 +406,16 @@ def _memory(cells, s, speed_rows, budget_gb, quick, run, together=False) -> list
         r = by.get(name)
         if r is not None and not quick:       # extrapolate the length-35 run before committing to T
             est_gb, est_s = r["peak_mb"] * scale / 1024, B * T / r["tokens_per_s"] * (2 if chunk else 1)
-            if chunk is None and est_gb > budget_gb and r["peak_mb"] * (PROBE / s["length"]) / 1024 <= budget_gb:
+            probe_len = _probe_length(r["peak_mb"], s["length"], budget_gb)
+            if chunk is None and est_gb > budget_gb and probe_len:
                 # a cell that works in chunks past some size grows slower than linearly: probe it
-                # at PROBE steps and extrapolate the line through the two points instead
-                probe = run([_cells_job(name, PROBE, s, None, batch=B, repeats=1, warmup=0)],
-                            f"memory probe, length {PROBE}: {name}")[0]
+                # at probe_len steps and extrapolate the line through the two points instead
+                probe = run([_cells_job(name, probe_len, s, None, batch=B, repeats=1, warmup=0)],
+                            f"memory probe, length {probe_len}: {name}")[0]
                 if "peak_mb" in probe:
                     p35 = r["peak_mb"] * B / s["batch"]
-                    slope = max(0.0, (probe["peak_mb"] - p35) / (PROBE - s["length"]))
-                    est_gb = (probe["peak_mb"] + slope * (T - PROBE)) / 1024
+                    slope = max(0.0, (probe["peak_mb"] - p35) / (probe_len - s["length"]))
+                    est_gb = (probe["peak_mb"] + slope * (T - probe_len)) / 1024
             if chunk is None and (est_gb > budget_gb or est_s > 300):
                 rows.append({"cell": name, "skipped": f"not run: the length-{s['length']} run extrapolates to "
                              f"{est_gb:.1f} GB and {est_s:.0f} s (budget {budget_gb:.1f} GB, 300 s)",

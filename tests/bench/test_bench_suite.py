@@ -223,3 +223,26 @@ def test_a_cell_timed_in_turns_with_the_reference_reads_those_rounds(suite):
     res = {"settings": suite.settings(False), "speed": rows}
     got = {r[0]: r[1] for r in suite.targets(res)}
     assert got["c4 tokens/s / torch.nn.LSTM, length 35"] == "0.90x"
+
+
+def test_a_cell_that_extrapolates_past_the_budget_is_probed_at_a_length_that_fits(suite):
+    """A length-35 peak whose linear extrapolation passes the budget even at PROBE steps is
+    probed shorter (PROBE/2, PROBE/4), and run at full length when the line through the two
+    points fits; with no probe length that fits, it is reported as not run."""
+    s = suite.settings(False)
+    assert suite._probe_length(10.0, 35, 1e9) == suite.PROBE
+    assert suite._probe_length(648.9, 35, 9.1) == suite.PROBE // 2       # 9.5 GB at PROBE steps
+    assert suite._probe_length(648.9, 35, 0.5) is None
+    speed = [{"cell": "linear-rnn", "peak_mb": 648.9, "tokens_per_s": 1e9}]
+    calls = []
+
+    def run(jobs, label):
+        calls.append((label, jobs[0]["params"]["length"]))
+        return [{"cell": "linear-rnn", "peak_mb": 700.0}]        # chunked: nearly flat past 64 steps
+
+    rows = suite._memory(["linear-rnn"], s, speed, 9.1, False, run)
+    probes = [length for label, length in calls if "probe" in label]
+    assert probes == [suite.PROBE // 2]
+    assert rows[-1]["cell"] == "linear-rnn" and "skipped" not in rows[-1]
+    rows = suite._memory(["linear-rnn"], s, speed, 0.5, False, lambda jobs, label: [{"peak_mb": 1.0}])
+    assert "skipped" in rows[-1] and "estimate_mb" in rows[-1]
