@@ -406,8 +406,8 @@ def _memory(cells, s, speed_rows, budget_gb, quick, run, together=False) -> list
         r = by.get(name)
         if r is not None and not quick:       # extrapolate the length-35 run before committing to T
             est_gb, est_s = r["peak_mb"] * scale / 1024, B * T / r["tokens_per_s"] * (2 if chunk else 1)
-            probe_len = _probe_length(r["peak_mb"], s["length"], budget_gb)
-            if chunk is None and est_gb > budget_gb and probe_len:
+            if chunk is None and est_gb > budget_gb and (probe_len := _probe_length(r["peak_mb"], s["length"],
+                                                                                  budget_gb)):
                 # a cell that works in chunks past some size grows slower than linearly: probe it
                 # at probe_len steps and extrapolate the line through the two points instead
                 probe = run([_cells_job(name, probe_len, s, None, batch=B, repeats=1, warmup=0)],

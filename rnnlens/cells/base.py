@@ -177,34 +177,34 @@ class LinearView:
     def reverse_rows(self, t: int, R: torch.Tensor) -> torch.Tensor:
         """The reverse recursion from R[B,C,S] at position t: [B, t+1, C, S] whose row i is
         R A(x_t) ... A(x_{i+1}) (row t is R; a pad step passes its row on). Here through
-        `rapply`, one step at a time; views with a fused reverse scan override it. At a pad
-        start the row may differ between the two (the n-gram scores zero it)."""
+        `rapply`, one step at a time; views with a fused reverse scan override it
+        (`_adjoint_rows`). At a pad start the row may differ between the two (the n-gram
+        scores zero it)."""
         rows = [R]
         for i in range(t, 0, -1):
             R = self.rapply(i, R)
             rows.append(R)
         return torch.stack(rows[::-1], 1)
 
-    def _fused_reverse(self, t: int, R: torch.Tensor, *tensors) -> bool:
-        """Whether reverse_rows may take the fused reverse scan: no gradient is wanted
-        through it (the C++ pass has no backward of its own)."""
-        return not (torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (R, *tensors)))
-
-    @staticmethod
-    def _by_row(x: torch.Tensor | None, t: int, C: int) -> torch.Tensor | None:
-        """x[:, :t+1] with each sequence repeated for C rows: [B*C, t+1, ...]."""
-        if x is None:
-            return None
-        x = x[:, : t + 1]
-        return x if C == 1 else x.repeat_interleave(C, 0)
-
-    @staticmethod
-    def _adjoint_input(R: torch.Tensor, t: int) -> torch.Tensor:
-        """[B*C, t+1, S]: zero but at position t, where each row is one of R's."""
+    def _adjoint_rows(self, t: int, R: torch.Tensor, adjoints, W: torch.Tensor, *per_position) -> torch.Tensor:
+        """reverse_rows through a fused reverse scan, `adjoints(D, W, *per_position, mask=)`
+        (ops.affine), run on D [B*C, t+1, S], zero but at position t where it holds R's rows,
+        with the per-position tensors and the mask cut at t and repeated for the C rows; the
+        `rapply` loop where a gradient is wanted through the rows (the pass has no backward)."""
+        if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (R, W, *per_position)):
+            return LinearView.reverse_rows(self, t, R)
         B, C, S = R.shape
+
+        def by_row(x):
+            if x is None:
+                return None
+            x = x[:, : t + 1]
+            return x if C == 1 else x.repeat_interleave(C, 0)
+
         D = R.new_zeros(B * C, t + 1, S)
         D[:, t] = R.reshape(B * C, S)
-        return D
+        d = adjoints(D, W, *(by_row(x) for x in per_position), mask=by_row(self.mask))
+        return d.view(B, C, t + 1, S).transpose(1, 2)
 
     def in_place_apply(self):
         """A function (t, V) writing A(x_t) V into V[B,K,S] in place, where the view has a
@@ -265,14 +265,9 @@ class StructuredView(LinearView):
 
     def reverse_rows(self, t, R):
         """In one fused reverse scan (ops.affine.structured_adjoints: the C++ backward pass on
-        the CPU) where no gradient is wanted through it."""
-        if type(self)._rapply is not StructuredView._rapply or \
-                not self._fused_reverse(t, R, self.W, self.coef, self.diag):
-            return super().reverse_rows(t, R)
-        B, C, S = R.shape
-        d = structured_adjoints(self._adjoint_input(R, t), self.W, self._by_row(self.coef, t, C),
-                                self._by_row(self.diag, t, C), self._by_row(self.mask, t, C))
-        return d.view(B, C, t + 1, S).transpose(1, 2)
+        the CPU) where no gradient is wanted through it. A subclass that changes `_rapply`
+        must override this too."""
+        return self._adjoint_rows(t, R, structured_adjoints, self.W, self.coef, self.diag)
 
     def _apply(self, t, V):
         B, Kv, H = V.shape

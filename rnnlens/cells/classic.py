@@ -450,15 +450,10 @@ class LSTMView(LinearView):
 
     def reverse_rows(self, t, R):
         """In one fused reverse scan (ops.affine.lstm_adjoints: the C++ backward pass on the
-        CPU) where no gradient is wanted through it."""
-        parts = (self.f, self.a_i, self.a_g, self.a_o, self.k, self.a_f)
-        if type(self)._rapply is not LSTMView._rapply or not self._fused_reverse(t, R, self.W, *parts):
-            return super().reverse_rows(t, R)
-        B, C, S = R.shape
+        CPU) where no gradient is wanted through it. A subclass that changes `_rapply` must
+        override this too."""
         W = self.w3 if self.a_f is None else self.W
-        d = lstm_adjoints(self._adjoint_input(R, t), W, *(self._by_row(p, t, C) for p in parts),
-                          mask=self._by_row(self.mask, t, C))
-        return d.view(B, C, t + 1, S).transpose(1, 2)
+        return self._adjoint_rows(t, R, lstm_adjoints, W, self.f, self.a_i, self.a_g, self.a_o, self.k, self.a_f)
 
     def in_place_apply(self):
         """Without the W_hf term: A(x_t) applied to V[B,K,2H] in place, one [K,H] x [H,3H]

@@ -44,12 +44,10 @@ rnnlens/ops/precision.py for what the cells do with the lower-precision result. 
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
 from .precision import LOW_PRECISION, autocast_dtype
-from .switches import switched_off
+from .switches import switched_off, switched_on
 
 _enabled = not switched_off("RNNLENS_ONEDNN")
 _op = None
@@ -95,11 +93,6 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> to
 MM_T_ROWS = 4096      # the oneDNN route sums its product over blocks of this many rows where N is larger
 
 
-def _onednn_wgrad() -> bool:
-    """RNNLENS_ONEDNN_WGRAD=1: weight gradients through oneDNN too (see the module docstring)."""
-    return os.environ.get("RNNLENS_ONEDNN_WGRAD", "").strip().lower() in ("1", "true", "on", "yes")
-
-
 def mm_t(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a[N,M]^T @ b[N,K] -> [M,K], contiguous, without autograd: the weight-gradient product
     (a sum over N rows). torch.mm on the transposed view (MKL on the CPU, cuBLAS on a GPU: the
@@ -109,7 +102,7 @@ def mm_t(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     17 ms of 42, at [32768,512]^T [32768,256] on 2 threads), so beyond MM_T_ROWS rows that
     product is summed over blocks of that many rows, whose copies stay in cache."""
     N = a.shape[0]
-    if not (_onednn_wgrad() and onednn_applies(a, b)):
+    if not (switched_on("RNNLENS_ONEDNN_WGRAD") and onednn_applies(a, b)):
         return torch.mm(a.t(), b)
     if N <= MM_T_ROWS:
         return mm(b.t(), a).t().contiguous()
