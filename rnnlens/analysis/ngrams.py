@@ -14,12 +14,13 @@ All functions are pure: they take a LinearView and tensors and return tensors.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import torch
 
 from ..cells.base import LinearView
-from ..errors import RnnlensError
+from ..errors import InputError, RnnlensError
 
 
 def require_real(view: LinearView, what: str = "n-gram scores") -> None:
@@ -46,13 +47,16 @@ def needs_grad(view: LinearView, *tensors: torch.Tensor) -> bool:
 
 def _readout_rows(view: LinearView, w: torch.Tensor) -> torch.Tensor:
     """w[C,H] (or [H]) placed on the readout coordinates of the state: [C,S]."""
+    S = view.g.shape[-1]
+    H = len(range(S)[view.readout])
+    if not isinstance(w, torch.Tensor) or w.dim() not in (1, 2) or w.shape[-1] != H:
+        got = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
+        raise InputError(f"readout weight must be [H] or [C, H] with H = {H} (the readout of a state of "
+                         f"size {S}), got {got}")
     if w.dim() == 1:
         w = w[None]
-    S = view.g.shape[-1]
     W = w.new_zeros(w.shape[0], S)
     W[:, view.readout] = w
-    if W[:, view.readout].shape != w.shape:
-        raise ValueError(f"readout weight of shape {tuple(w.shape)} does not fit state size {S}")
     return W.to(view.g.dtype)
 
 
@@ -169,6 +173,18 @@ def top_ngrams(view: LinearView, w: torch.Tensor, k: int = 20, max_n: int | None
     return top.result()
 
 
+def _index(name: str, value, upper: int | None, what: str) -> int:
+    """value as an int in [0, upper) (upper None: >= 0), else InputError naming it."""
+    try:
+        i = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        i = None
+    if i is None or i < 0 or (upper is not None and i >= upper):
+        span = f"in [0, {upper})" if upper is not None else ">= 0"
+        raise InputError(f"{name} must be {what}, an integer {span}, got {value!r}")
+    return i
+
+
 class TopNgrams:
     """top_ngrams over a sequence given as consecutive linear views of its chunks, so that
     memory does not grow with the sequence: only the vectors of the n-grams that end at the
@@ -189,8 +205,14 @@ class TopNgrams:
     flush = 16384           # candidates gathered before they are merged into the top-k
 
     def __init__(self, w: torch.Tensor, k: int = 20, max_n: int | None = 8):
+        if not isinstance(w, torch.Tensor) or not (w.dim() == 1 or (w.dim() == 2 and w.shape[0] == 1)):
+            got = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
+            raise InputError(f"top n-grams read one output row: w must be [H] (or [1, H]), got {got}")
+        k = _index("k", k, None, "how many n-grams to keep")
+        if k < 1 or (max_n is not None and _index("max_n", max_n, None, "the longest n-gram") < 1):
+            raise InputError(f"k and max_n must be at least 1 (max_n may be None), got {k} and {max_n!r}")
         self.w, self.k = w, k
-        self.max_n = None if max_n is None else max(1, max_n)
+        self.max_n = max_n
         self.next = 0                           # the next position of the sequence to read
         self._V: torch.Tensor | None = None     # [1,K,S]: n-grams ending at the last real token
         self._starts: list[int] = []            # their start positions
@@ -202,6 +224,8 @@ class TopNgrams:
             raise RnnlensError(f"positions {self.next} to {offset - 1} were never given: the chunks "
                                "of a sequence must follow one another (they may overlap)")
         require_real(view, "top n-gram scores")
+        row = _index("row", row, view.g.shape[0], "a sequence of the batch")
+        offset = _index("offset", offset, None, "the chunk's first position in the sequence")
         W = _readout_rows(view, self.w)[0]                              # [S]
         g = view.g[row: row + 1]
         T = g.shape[1]
@@ -275,6 +299,7 @@ def scores_ending_at(view: LinearView, w: torch.Tensor, t: int) -> torch.Tensor:
     wanted through it; otherwise one `rapply` a step.
     """
     require_real(view)
+    t = _index("t", t, view.g.shape[1], "a position of the view")
     W = _readout_rows(view, w)
     B = view.g.shape[0]
     R = W.expand(B, *W.shape)                               # [B,C,S]
@@ -296,12 +321,19 @@ def initial_part(view: LinearView) -> torch.Tensor | None:
     return torch.stack(out, 1)
 
 
+def _check_states(view: LinearView, states) -> None:
+    if not isinstance(states, torch.Tensor) or tuple(states.shape) != tuple(view.g.shape):
+        got = tuple(states.shape) if isinstance(states, torch.Tensor) else type(states).__name__
+        raise InputError(f"states must be the model's [B, T, S] = {list(view.g.shape)}, got {got}")
+
+
 def remainder(view: LinearView, states: torch.Tensor) -> torch.Tensor:
     """states[B,T,S] minus the sum of all n-gram vectors ending at each t: [B,T,S].
 
     Zero (to rounding) for an exact view; for a first-order view it is the part of the
     model's state that the n-grams do not explain.
     """
+    _check_states(view, states)
     approx = view.unroll()
     return states - approx
 
@@ -330,6 +362,7 @@ class Explanation:
 
 def explain(view: LinearView, w: torch.Tensor, states: torch.Tensor) -> Explanation:
     """Scores, context scores and remainder of a batch. states[B,T,S] are the model's."""
+    _check_states(view, states)
     W = _readout_rows(view, w)
     scores = ngram_scores(view, w)
     valid = valid_pairs(view)

@@ -22,9 +22,14 @@ Cell.output_gain(x, mask) -> [B,T,H] or None: d out / d (readout state) at state
 """
 from __future__ import annotations
 
+import functools
+import inspect
+import operator
+
 import torch
 from torch import nn
 
+from ..errors import InputError
 from ..ops.affine import structured_adjoints, structured_scan
 
 
@@ -298,6 +303,90 @@ class StructuredView(LinearView):
         return out
 
 
+def checked_inputs(cell: "Cell", x, mask, state):
+    """(mask, state) for cell's entry points, after checking them against x: x a tensor
+    [B,T,E] (time-major [T,B,E] for a cell with batch_first False), mask None or [B,T]
+    ([T,B] time-major; any dtype, taken as mask != 0, so a 0/1 integer mask works as a bool
+    one), state None or [B,S]. Raises InputError (a ValueError) naming what does not fit."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise InputError(f"expected x of shape [B, T, {cell.input_size}], got {got}")
+    time_major = not getattr(cell, "batch_first", True)
+    B, T = (x.shape[1], x.shape[0]) if time_major else (x.shape[0], x.shape[1])
+    if mask is not None:
+        want = (T, B) if time_major else (B, T)
+        if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != want:
+            got = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise InputError(f"mask must be {'[T, B]' if time_major else '[B, T]'} = {list(want)} for x of "
+                             f"shape {tuple(x.shape)}, got {got}")
+        if mask.dtype != torch.bool:
+            mask = mask != 0
+    if state is not None:
+        S = cell.state_size
+        if not isinstance(state, torch.Tensor) or tuple(state.shape) != (B, S):
+            got = tuple(state.shape) if isinstance(state, torch.Tensor) else type(state).__name__
+            raise InputError(f"start state must be [B, S] = {[B, S]} for this {type(cell).__name__} "
+                             f"(state size {S}), got {got}")
+    return mask, state
+
+
+# The entry points that take (x, mask[, state]): every definition of them, in Cell and in each
+# subclass, checks its arguments first (`checked_inputs`; Cell.__init_subclass__ wraps them).
+CHECKED_METHODS = ("forward", "forward_ref", "scan", "linear_view", "local_view", "output_gain")
+
+
+def _checking(method):
+    if getattr(method, "checks_inputs", False):
+        return method
+
+    @functools.wraps(method)
+    def run(self, x, mask=None, *args, **kwargs):
+        if args:
+            mask, state = checked_inputs(self, x, mask, args[0])
+            args = (state, *args[1:])
+        else:
+            mask, state = checked_inputs(self, x, mask, kwargs.get("state"))
+            if state is not None:
+                kwargs["state"] = state
+        return method(self, x, mask, *args, **kwargs)
+
+    run.checks_inputs = True
+    return run
+
+
+def check_size(name: str, value, minimum: int = 1) -> int:
+    """value as an int of at least `minimum`, else InputError naming it (a cell's sizes)."""
+    try:
+        n = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        n = None
+    if n is None or n < minimum:
+        raise InputError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return n
+
+
+SIZE_ARGUMENTS = ("input_size", "hidden_size")
+
+
+def _checking_sizes(init):
+    """init, checking its input_size and hidden_size arguments (`check_size`) first."""
+    sig = inspect.signature(init)
+    names = [n for n in SIZE_ARGUMENTS if n in sig.parameters]
+    if not names or getattr(init, "checks_inputs", False):
+        return init
+
+    @functools.wraps(init)
+    def run(self, *args, **kwargs):
+        bound = sig.bind(self, *args, **kwargs).arguments
+        for n in names:
+            if n in bound:
+                check_size(n, bound[n])
+        return init(self, *args, **kwargs)
+
+    run.checks_inputs = True
+    return run
+
+
 class Cell(nn.Module):
     """Base class for recurrent cells (see module docstring for the contract).
 
@@ -307,6 +396,9 @@ class Cell(nn.Module):
       output(s[..., S]) -> h[..., H]     the readout of the state
       linear_view(x, mask, state) -> LinearView   (view.starting_from(state))
     `forward_ref` (the reference forward: `step` at every position) is built on `step`.
+    Every definition of the entry points in CHECKED_METHODS checks x, mask and state first
+    (`checked_inputs`): a mask or start state that does not fit x is an InputError, and a
+    non-bool mask is taken as mask != 0.
 
     The encoder builds a cell from (input_size, hidden_size), then hands it the model's
     settings through `configure(cfg)` and, for the first layer, the embedding through
@@ -327,6 +419,14 @@ class Cell(nn.Module):
     # Variational recurrent dropout, one mask per sequence (set by `configure`); the cells
     # that apply it say where. Off in eval mode, so analysis is unaffected.
     recurrent_dropout = 0.0
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in CHECKED_METHODS:
+            if name in cls.__dict__:
+                setattr(cls, name, _checking(cls.__dict__[name]))
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _checking_sizes(cls.__dict__["__init__"])
 
     def configure(self, cfg) -> None:
         """Take the model's settings (a config.ModelConfig) after construction: the recurrent
@@ -401,3 +501,8 @@ class Cell(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}"
+
+
+for _name in CHECKED_METHODS:
+    if _name in Cell.__dict__:
+        setattr(Cell, _name, _checking(Cell.__dict__[_name]))

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InputError
 from . import cpp, graphs
+from .checks import expect, mask_of
 from .linear import mm, mm_t, onednn_applies
 from .precision import full_precision, no_autocast, no_autocast_backward
 
@@ -249,6 +251,13 @@ def structured_scan(g: torch.Tensor, W: torch.Tensor, coef: torch.Tensor, diag: 
     initial_state [B,H] (default zeros), mask [B,T] -> (states[B,T,H], final[B,H]).
     Matches affine_scan and affine_scan_ref. bfloat16/float16 inputs (autocast) are taken in
     float32, and the scan runs with autocast off."""
+    expect("g", g, None, None, None)
+    B, T, H = g.shape
+    expect("W", W, None, H)
+    expect("coef", coef, B, T, W.shape[0])
+    expect("diag", diag, B, T, H)
+    expect("initial_state", initial_state, B, H)
+    mask = mask_of(mask, B, T)
     s0 = initial_state if initial_state is not None else g.new_zeros(g.shape[0], g.shape[2])
     g, W, coef, diag, s0 = (full_precision(t) for t in (g, W, coef, diag, s0))
     if g.shape[1] == 0:
@@ -384,6 +393,19 @@ class _LSTMBlockScan(torch.autograd.Function):
                 delta, None, None)
 
 
+def _check_lstm(g, W, f, a_i, a_g, a_o, k, a_f):
+    """The shapes lstm_scan and lstm_adjoints take: g [B,T,2H] (dstates for the adjoints), W
+    [K*H,H] with K = 3 without a_f and 4 with it, each coefficient [B,T,H]."""
+    expect("g", g, None, None, None)
+    B, T, S = g.shape
+    if S % 2:
+        raise InputError(f"the LSTM block state [c; h] must have an even size, got {S}")
+    H = S // 2
+    expect("W", W, (3 if a_f is None else 4) * H, H)
+    for name, c in (("f", f), ("a_i", a_i), ("a_g", a_g), ("a_o", a_o), ("k", k), ("a_f", a_f)):
+        expect(name, c, B, T, H)
+
+
 def lstm_block_scan(view, initial_state: torch.Tensor | None = None):
     """Fused fast path for an LSTMView, under its own mask, from initial_state [B,2H]
     (default: view.h0 or zeros): -> (states[B,T,2H], final[B,2H])."""
@@ -398,6 +420,10 @@ def lstm_scan(g, W, f, a_i, a_g, a_o, k, a_f=None, initial_state=None, mask=None
     (i, [f,] g, o) that act (K = 3 without a_f, 4 with it), the coefficients [B,T,H],
     initial_state [B,2H] (default zeros), mask [B,T] -> (states[B,T,2H], final[B,2H]).
     bfloat16/float16 inputs (autocast) are taken in float32, and the scan runs with autocast off."""
+    _check_lstm(g, W, f, a_i, a_g, a_o, k, a_f)
+    B, T, S = g.shape
+    expect("initial_state", initial_state, B, S)
+    mask = mask_of(mask, B, T)
     s0 = initial_state if initial_state is not None else g.new_zeros(g.shape[0], g.shape[2])
     g, W, f, a_i, a_g, a_o, k, a_f, s0 = (full_precision(t) for t in (g, W, f, a_i, a_g, a_o, k, a_f, s0))
     if g.shape[1] == 0:
@@ -422,7 +448,12 @@ def structured_adjoints(dstates: torch.Tensor, W: torch.Tensor, coef: torch.Tens
                         diag: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
     """d_in [B,T,H] of the structured recurrence (`structured_scan`'s arguments) for the
     direct gradients dstates [B,T,H]; not differentiable."""
+    expect("dstates", dstates, None, None, None)
     B, T, H = dstates.shape
+    expect("W", W, None, H)
+    expect("coef", coef, B, T, W.shape[0])
+    expect("diag", diag, B, T, H)
+    mask = mask_of(mask, B, T)
     diag = torch.zeros_like(dstates) if diag is None else diag
     with torch.no_grad(), no_autocast(dstates.device.type):
         if _native(dstates):
@@ -436,7 +467,9 @@ def lstm_adjoints(dstates: torch.Tensor, W: torch.Tensor, f, a_i, a_g, a_o, k, a
     """d_in [B,T,2H] of the LSTM block recurrence (`lstm_scan`'s arguments: W holds the blocks
     that act, (i, g, o) without a_f, (i, f, g, o) with it) for the direct gradients dstates
     [B,T,2H]; not differentiable."""
+    _check_lstm(dstates, W, f, a_i, a_g, a_o, k, a_f)
     B, T, S = dstates.shape
+    mask = mask_of(mask, B, T)
     with torch.no_grad(), no_autocast(dstates.device.type):
         if _native(dstates):
             return torch.ops.rnnlens_affine_scan.lstm_backward(

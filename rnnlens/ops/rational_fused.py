@@ -25,7 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from ..errors import InputError
 from . import cpp
+from .checks import expect, mask_of
 from .precision import no_autocast, no_autocast_backward
 
 
@@ -50,14 +52,26 @@ def rational_scan(P: torch.Tensor, initial_state: torch.Tensor, mask: torch.Tens
     start of its n scanned blocks, initial_state [B,n,H]; see the module docstring. tanh=True
     returns tanh(Rd) instead (the cell's output without an output gate, computed in the same
     pass). Differentiable in P, initial_state, r, p1 and p2 (once)."""
-    B, (n, H) = P.shape[0], initial_state.shape[-2:]
+    expect("P", P, None, None, None)
+    B, T, R = P.shape
+    if not isinstance(initial_state, torch.Tensor) or initial_state.dim() not in (2, 3):
+        expect("initial_state", initial_state, B, None, None)
+    n, H = initial_state.shape[-2:]
+    if initial_state.dim() == 3 and initial_state.shape[0] not in (1, B):
+        expect("initial_state", initial_state, B, n, H)
+    if R not in (2 * n * H, (2 * n + 1) * H):
+        raise InputError(f"P must be [B, T, R*H] with R = {2 * n} or {2 * n + 1} ({n} blocks of {H} "
+                         f"from initial_state), got {tuple(P.shape)}")
+    for name, t in (("r", r), ("p1", p1), ("p2", p2)):
+        expect(name, t, H)
+    mask = mask_of(mask, B, T)
     pattern_f = p1 is not None
     dtype = P.dtype
     with no_autocast("cpu"):
         P = P.contiguous()
         c0 = initial_state.to(dtype).expand(B, n, H)
         extra = [t.to(dtype) for t in (r, p1, p2)] if pattern_f else [_none(P)] * 3
-        m = _none(P, torch.bool) if mask is None else mask.to(torch.bool).contiguous()
+        m = _none(P, torch.bool) if mask is None else mask.contiguous()
         return _RationalScan.apply(P, c0, *extra, m, n, semiring == "max-plus", pattern_f, tanh)
 
 

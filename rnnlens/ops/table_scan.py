@@ -28,7 +28,9 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from ..errors import InputError
 from . import cpp, graphs
+from .checks import expect, mask_of
 from .precision import no_autocast_backward
 
 FUSED = True                   # the C++ loop where it applies (see the module docstring)
@@ -156,8 +158,19 @@ def table_scan(table: torch.Tensor, idx: torch.Tensor, start: torch.Tensor, d: t
     every A_t) or None, initial_state h_0 [B,n] (default zeros), mask [B,T] bool or None
     (False: a pad, h kept) -> (H [B,T,n], final [B,n]). Differentiable in table, start and
     initial_state."""
+    expect("idx", idx, None, None)
     B, T = idx.shape
+    expect("table", table, None, None, None)
     n = table.shape[-1]
+    expect("table", table, None, n, n)
+    expect("start", start, B, T)
+    expect("d", d, B, n)
+    expect("M", M, B, n, n)
+    expect("initial_state", initial_state, B, n)
+    mask = mask_of(mask, B, T)
+    if idx.numel() and (idx.is_floating_point() or int(idx.min()) < 0 or int(idx.max()) >= table.shape[0]):
+        raise InputError(f"idx must hold integer rows of table in [0, {table.shape[0]}), got "
+                         f"{idx.dtype} values in [{idx.min().item()}, {idx.max().item()}]")
     h0 = initial_state if initial_state is not None else table.new_zeros(B, n)
     if T == 0:
         return h0.new_zeros(B, 0, n), h0
