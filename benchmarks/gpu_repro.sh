@@ -14,8 +14,7 @@
 # records keep it (rnnlens.repro.records.commit).
 # SECONDS: each run's time limit (default 420); DATA_DIR: the datasets (default ../shared/data);
 # ROWS_FILE: lines "TABLE<TAB>ROW LABEL[<TAB>SEED]" (default: the list below; a SEED runs that seed
-# alone, --seed SEED, so a row's seeds can run side by side, e.g. benchmarks/gpu_seeds.tsv, the
-# classification rows' second and third seeds). JOBS: rows at once (default 4;
+# alone, --seed SEED, so a row's seeds can run side by side). JOBS: rows at once (default 4;
 # the rest wait for a free slot). On an H100, sixteen PTB rows at once kept the GPU busy and ran
 # only about 2.5x faster in all than one at a time, four at once about 2x
 # (benchmarks/cuda/lm-pace.txt). TINY=1 runs each row on a tiny slice on the CPU instead (a dry
