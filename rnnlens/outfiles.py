@@ -155,11 +155,28 @@ def waiting_lock(lock: Path):
         yield
 
 
-def check_not_an_input(out: str | Path, inputs) -> None:
-    """Before any work, that the output folder `out` (which --force replaces whole) is none of
-    the paths the command reads (`inputs`: the model folder, data files; None and "-" are
-    skipped) and no folder above one: replacing it would delete what was read."""
+def check_output_folder(out: str | Path) -> Path:
+    """`out` as an output folder that --force may replace whole: not empty, not the current
+    folder or one above it (replacing it would delete the folder the user works in). Returns
+    it resolved."""
+    if not str(out).strip():
+        raise RnnlensError("the output folder is an empty name; give the folder to write")
     target = Path(out).resolve()
+    here = Path.cwd().resolve()
+    if target == here or target in here.parents or not target.name:
+        raise RnnlensError(f"output folder {out} is the current folder or one above it; replacing it would "
+                           "delete it: choose a new folder for --out")
+    return target
+
+
+def check_not_an_input(out: str | Path, inputs) -> None:
+    """Before any work, that the output folder `out` (which --force replaces whole) is a folder
+    that can be replaced (`check_output_folder`), none of the paths the command reads
+    (`inputs`: the model folder, data files or folders; None and "-" are skipped) and no
+    folder above one; and, when it exists, not inside an input folder (a dataset's folder
+    holds files the command reads that `inputs` does not name one by one): replacing it
+    would delete what was read."""
+    target = check_output_folder(out)
     for p in inputs:
         if p is None or str(p) == "-":
             continue
@@ -168,13 +185,36 @@ def check_not_an_input(out: str | Path, inputs) -> None:
             what = "is" if q == target else "holds"
             raise RnnlensError(f"output folder {out} {what} {p}, which this command reads; replacing it "
                                "would delete it: choose another --out")
+        if q in target.parents and q.is_dir() and target.exists():
+            raise RnnlensError(f"output folder {out} exists inside {p}, which this command reads; replacing "
+                               "it could delete what is read: choose an --out outside it")
 
 
-def check_new_file(path: str | Path, force: bool) -> Path:
+def check_not_read(path: str | Path, inputs) -> None:
+    """That the output file `path` is none of the files the command reads, nor a file that
+    exists in a folder it reads (`inputs`; None and "-" skipped): --force would replace it."""
+    target = Path(path).resolve()
+    for p in inputs:
+        if p is None or str(p) == "-":
+            continue
+        q = Path(p).resolve()
+        if q == target or (q.is_dir() and q in target.parents and target.exists()):
+            what = "is" if q == target else "lies in"
+            raise RnnlensError(f"output file {path} {what} {p}, which this command reads; writing it would "
+                               "destroy what is read: choose another path")
+
+
+def check_new_file(path: str | Path, force: bool, inputs=()) -> Path:
     """Before any work, that the file `path` can be written: not a folder, in a folder that
-    exists, and (without force) not an existing regular file. A device or a pipe (/dev/null,
+    exists, none of `inputs` (the files and folders the command reads: `check_not_read`) and
+    (without force) not an existing regular file. A device or a pipe (/dev/null,
     /dev/stdout) is written through by replacing(), so it needs no force."""
+    if not str(path).strip():
+        raise RnnlensError("the output file is an empty name; give the path of the file to write")
     p = Path(path)
+    if p.exists() and not p.is_file() and not p.is_dir():
+        return p                                     # a device or a pipe: written through
+    check_not_read(p, inputs)
     if p.is_dir():
         raise RnnlensError(f"{p} is a folder; give the path of the file to write")
     if p.is_file() and not force:

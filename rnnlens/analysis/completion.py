@@ -64,11 +64,19 @@ class CompletionResult:
                 "accuracy": self.accuracy, "oov_questions": sum(n > 0 for n in self.oov), "choices": rows}
 
 
+TIE = 1e-5     # scores within TIE * max(1, |best|) of a question's best are tied (the first wins)
+
+
 def choose(scores: torch.Tensor) -> list[int]:
-    """[Q,C] scores -> the index of the highest score per question (the first on ties)."""
+    """[Q,C] scores -> the index of the highest score per question, the first on ties. Scores
+    within TIE (relative) of the best count as tied: a float32 model scores the same sentence
+    differently in the last bits depending on its batch (the other sentences' lengths), and
+    candidates the model cannot tell apart (all unknown words) must not be decided by that."""
     if scores.dim() != 2 or scores.shape[0] == 0:
         raise RnnlensError(f"expected scores [questions, candidates], got shape {tuple(scores.shape)}")
-    return scores.argmax(-1).tolist()
+    best = scores.max(-1, keepdim=True).values
+    tied = scores >= best - TIE * best.abs().clamp(min=1)
+    return tied.to(torch.int8).argmax(-1).tolist()       # the first True
 
 
 def complete(score: Callable[[list[list[str]]], torch.Tensor], questions: Sequence,

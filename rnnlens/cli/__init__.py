@@ -161,12 +161,29 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def _bad_path(e: OSError) -> bool:
+    """Print the one-line error of a path the user named that the system cannot take (too long,
+    a loop of links); True when e is such an error."""
+    if e.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
+        return False
+    what = "file name too long" if e.errno == errno.ENAMETOOLONG else "too many levels of links"
+    name = str(e.filename or "")
+    shown = name if len(name) <= 120 else f"{name[:60]}...{name[-40:]}"
+    print(f"rnnlens: error: {what}: {shown}", file=sys.stderr)
+    return True
+
+
 def _main(argv: list[str] | None) -> int:
     try:
         words = sys.argv[1:] if argv is None else list(argv)
         named = next((w for w in words if not w.startswith("-")), None)   # the subcommand, if any
         parser = build_parser(named)
-        args, extra = parser.parse_known_args(argv)
+        try:
+            args, extra = parser.parse_known_args(argv)
+        except OSError as e:           # checking a path the user named (its type function)
+            if _bad_path(e):
+                return 2
+            raise
         if extra:                      # named with the subcommand's help, not the top one's
             _command_parser(parser, getattr(args, "command", None) or named).error(
                 f"unrecognized arguments: {' '.join(extra)}")
@@ -202,6 +219,8 @@ def _main(argv: list[str] | None) -> int:
                   file=sys.stderr)
             return 2
         except OSError as e:
+            if _bad_path(e):
+                return 2
             if e.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
             what = (e.strerror or str(e)).strip()

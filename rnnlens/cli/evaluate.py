@@ -14,9 +14,11 @@ def cmd_eval(args) -> int:
     from ..train.run import batches, check_device
     from ..train.trainer import Trainer
 
-    png = Path(args.png) if args.png else None
+    png = Path(args.png) if args.png is not None else None
     if png is not None:                                          # refuse before any work
-        check_new_file(png, args.force)
+        check_new_file(png, args.force, [args.model, getattr(args, "test_file", None)])
+    if args.test_file is not None and not str(args.test_file).strip():
+        raise RnnlensError("--test-file is an empty name; give the labelled file to evaluate on")
     if args.test_file and args.split is not None:
         raise RnnlensError("give --split (a split of the model's dataset) or --test-file, not both")
     args.split = "test" if args.split is None else args.split

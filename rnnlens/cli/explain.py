@@ -13,10 +13,10 @@ DOCUMENT_CHUNK = 2048     # tokens of a document in one linear view (memory per 
 
 
 def cmd_explain(args) -> int:
-    png = Path(args.png) if args.png else None
+    png = Path(args.png) if args.png is not None else None
     # before any work: the parser's `new_file` refused a folder or a missing parent folder
     if png is not None:
-        check_new_file(png, args.force)
+        check_new_file(png, args.force, [args.model, getattr(args, "file", None), getattr(args, "lines", None)])
     if args.lines is not None:
         return _explain_lines(args)
     if args.out is not None:

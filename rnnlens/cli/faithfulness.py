@@ -17,8 +17,8 @@ def cmd_faithfulness(args) -> int:
     from ..app.faithfulness import run_on_checkpoint
     from ..outfiles import check_new_file
 
-    if args.json and args.json != "-":
-        check_new_file(args.json, args.force)                   # before the minutes of work
+    if args.json is not None and args.json != "-":
+        check_new_file(args.json, args.force, [args.model, args.data_dir])   # before the minutes of work
 
     res = run_on_checkpoint(args.model, data_dir=args.data_dir, split=args.split, max_k=args.max_k,
                             max_sentences=args.sentences, methods=tuple(args.methods) if args.methods else None,

@@ -36,6 +36,8 @@ def cmd_negation(args) -> int:
     from ..outfiles import check_not_an_input
     from ..train.checkpoint import output_dir
 
+    if args.out is not None and not str(args.out).strip():
+        raise RnnlensError("--out is an empty name; give the folder to write")
     out = Path(args.out) if args.out else None
     if out is not None:
         check_not_an_input(out, [*args.model, args.adjectives, getattr(args, "data_dir", None)])

@@ -15,9 +15,9 @@ def cmd_predict(args) -> int:
     from ..app.predict import FORMATS, Predictor, read_texts
     from ..app.run import Run
 
-    out = Path(args.out) if args.out else None
+    out = Path(args.out) if args.out is not None else None
     if out is not None:                                          # refuse before any work
-        check_new_file(out, args.force)
+        check_new_file(out, args.force, [args.model, args.file])
     if args.format not in FORMATS:
         raise RnnlensError(f"--format must be one of {', '.join(FORMATS)}")
     if args.threads:

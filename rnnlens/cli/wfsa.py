@@ -21,9 +21,9 @@ def cmd_wfsa(args) -> int:
     from ..app.run import Run
     from ..cells.rational import RationalCell
 
-    dot = Path(args.dot) if args.dot else None
+    dot = Path(args.dot) if args.dot is not None else None
     if dot is not None:
-        check_new_file(dot, args.force)
+        check_new_file(dot, args.force, [args.model])
     run = Run.load(args.model)
     model, cfg, vocab = run.model, run.config, run.vocab
     cells = getattr(model.encoder, "cells", None)

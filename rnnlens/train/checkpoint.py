@@ -18,7 +18,7 @@ import torch
 from ..data.tokenize import Tokenizer
 from ..data.vocab import Vocab
 from ..errors import RnnlensError
-from ..outfiles import writing
+from ..outfiles import check_output_folder, writing
 from ..config import Config
 
 FILES = ("config.json", "vocab.json", "model.safetensors", "metrics.jsonl")
@@ -94,6 +94,8 @@ def _read_config(path: Path) -> tuple[dict, Config, int]:
         labels = meta["labels"]
         if labels is not None and (not isinstance(labels, list) or not all(isinstance(x, str) for x in labels)):
             raise TypeError("'labels' must be a list of strings or null")
+        if labels is not None and len(set(labels)) != len(labels):
+            raise TypeError(f"'labels' must name each label once, got {labels!r}")
         vocab_size = meta["vocab_size"]
         if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 2:
             raise TypeError(f"'vocab_size' must be an integer >= 2, got {vocab_size!r}")
@@ -256,6 +258,7 @@ def output_dir(path: str | Path, force: bool = False):
     The output is locked for the block (outfiles.writing): a second writer of the same
     `path` is refused while this one lives.
     """
+    check_output_folder(path)                   # not "", ".", ".." or a folder above the current one
     path = Path(path)
     with writing(path, create_parent=True):
         if path.exists() and not force:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import RnnlensError
-from ..outfiles import writing
+from ..outfiles import check_output_folder, writing
 from .checkpoint import replace_dir
 from ..config import Config
 
@@ -42,6 +42,8 @@ MAY_CHANGE = ("threads", "time_limit", "device", "on_nan", "checkpoint_every")
 
 
 def partial_dir(out: str | Path) -> Path:
+    """The folder `out.partial` beside the output folder `out` (checked: check_output_folder)."""
+    check_output_folder(out)
     out = Path(out)
     return out.with_name(out.name + ".partial")
 

@@ -199,3 +199,13 @@ def test_complete_command_refuses_a_classifier(tmp_path, capsys):
     capsys.readouterr()
     assert_clean_error(*run(capsys, "complete", "--model", clf, "--questions", FIX / "msr_questions.csv")[::2],
                        "needs a language model")
+
+
+def test_scores_equal_to_the_last_bits_are_ties_and_the_first_wins():
+    """Candidates the model cannot tell apart (all unknown words) score the same up to float32
+    noise that depends on the batch; the choice must not depend on that noise."""
+    s = torch.tensor([[-40.0, -40.0 + 1e-6, -40.0 - 1e-6, -41.0],
+                      [-40.0, -39.0, -39.0 + 1e-7, -60.0],
+                      [float("-inf"), -3.0, -2.0, -2.0]], dtype=torch.float64)
+    assert choose(s) == [0, 1, 2]
+    assert choose(torch.tensor([[-1.0, -1.0 + 1e-3]], dtype=torch.float64)) == [1]     # a real difference

@@ -334,6 +334,8 @@ BAD_CHECKPOINTS = {
     "config-bad-tokenizer": (lambda d, m: _edit_config(d, lambda c: c.update(tokenizer={"lower": True})),
                              [CJ, "tokenizer"]),
     "config-bad-labels": (lambda d, m: _edit_config(d, lambda c: c.update(labels="ab")), [CJ, "labels"]),
+    "config-repeated-labels": (lambda d, m: _edit_config(d, lambda c: c.update(labels=[c["labels"][0]] * len(c["labels"]))),
+                               [CJ, "each label once"]),
     "config-bad-task": (lambda d, m: _edit_config(d, lambda c: c.update(task="poetry")), [CJ, "poetry"]),
     "config-bad-cell": (lambda d, m: _edit_config(d, lambda c: c["config"]["model"].update(cell="nope")),
                         [CJ, "nope"]),
