@@ -542,10 +542,24 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
+SMALL_FILE_LIMIT = 64 << 20    # bytes: a config or a word list larger than this is not one
+
+
+def read_small_text(path: str | Path, what: str, limit: int = SMALL_FILE_LIMIT) -> str:
+    """The text (UTF-8, a BOM dropped) of a file that is small by nature (a config, a word
+    list), read at most `limit` bytes: a larger file, or an endless one (/dev/zero, a pipe
+    that never ends), is an RnnlensError naming `what`, not a read without bound."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise RnnlensError(f"{what} {path} is larger than {limit >> 20} MiB; it is not one")
+    return data.decode("utf-8-sig")
+
+
 def load_config_file(path: str | Path, budget: str | None = None) -> Config:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8-sig")
+        text = read_small_text(p, "config")
     except (OSError, UnicodeDecodeError) as e:
         raise RnnlensError(f"cannot read config {p}: {e.strerror if isinstance(e, OSError) else e}") from None
     try:

@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import read_small_text
 from ..errors import RnnlensError
 from .run import Run
 
@@ -41,7 +42,7 @@ def read_adjectives(path):
     if _built_in(path):
         return paper_table9_adjectives()
     try:
-        d = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+        d = json.loads(read_small_text(path, "adjectives file"))
     except FileNotFoundError:
         raise RnnlensError(f"adjectives file {path} does not exist") from None
     except OSError as e:

@@ -625,3 +625,13 @@ def test_a_setting_the_model_would_ignore_is_refused(extra, needle, tmp_path, ca
     code, _, err = run(capsys, "train", "--out", out, *extra, *TINY, "--threads", "1", "--max-train-examples", "40")
     assert_clean_error(code, err, needle)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
+def test_endless_small_files_are_refused_not_read_without_bound(models, tmp_path, capsys):
+    """A config or an adjectives list is small by nature: an endless file (/dev/zero) is a
+    one-line error after SMALL_FILE_LIMIT bytes, not a read until memory runs out."""
+    code, _, err = run(capsys, "train", "--config", "/dev/zero", "--out", tmp_path / "x")
+    assert_clean_error(code, err, "config /dev/zero is larger than")
+    code, _, err = run(capsys, "negation", "--model", models["clf"], "--adjectives", "/dev/zero", "--quiet")
+    assert_clean_error(code, err, "adjectives file /dev/zero is larger than")
