@@ -54,35 +54,50 @@ def cmd_explain(args) -> int:
     ex = explain_text(model, vocab, tokens, target=args.target, view=args.view)
     warn_unknown(ex.unknown, tokens)
     top = args.top or None
-    if png is not None:
-        _explain_png(ex, png)
+    pngs = _explain_png(ex, png, args.force, [args.model]) if png is not None else []
     if args.json:
         print(json_text(ex.to_dict(top), indent=2))
         return 0
     print(_explain_text(ex, top))
-    if png is not None:
-        print(f"wrote {png}")
+    for path in pngs:
+        print(f"wrote {path}")
     return 0
 
 
-def _explain_png(ex, png: Path) -> None:
+def _explain_png(ex, png: Path, force: bool, inputs) -> list[Path]:
     """The heatmap of a sentence: the standalone n-gram scores where the model has them,
-    else the contributions (per position: those of the n-grams ending at each token)."""
+    else the contributions (per position: those of the n-grams ending at each token). A
+    bidirectional model's backward n-grams go beside it, in NAME-backward.png (as the report
+    draws them). Returns the files written."""
     import numpy as np
 
     from ..outfiles import replacing
-    from ..viz.plots import ngram_heatmap
+    from ..viz.plots import ngram_heatmap, ngram_heatmap_backward
 
     T = len(ex.tokens)
+    both = ex.polarity is None and ex.directions > 1
+
+    def grid_of(d):
+        if ex.sentence_level:
+            return ex.positions[0].ngrams[d]
+        return np.stack([p.ngrams[d, t] for t, p in enumerate(ex.positions)]) if T else np.zeros((0, 0))
+
     if ex.polarity is not None:
         grid, title = ex.polarity, f"n-gram scores toward '{ex.positions[0].target}'"
     elif ex.sentence_level:
-        grid, title = ex.positions[0].ngrams[0], f"n-gram contributions toward '{ex.positions[0].target}'"
+        grid, title = grid_of(0), f"n-gram contributions toward '{ex.positions[0].target}'"
     else:
-        grid = np.stack([p.ngrams[0, t] for t, p in enumerate(ex.positions)]) if T else np.zeros((0, 0))
-        title = "n-gram contributions to each token's output"
+        grid, title = grid_of(0), "n-gram contributions to each token's output"
+    back = png.with_name(f"{png.stem}-backward{png.suffix or '.png'}") if both else None
+    if back is not None:
+        check_new_file(back, force, inputs)
     with replacing(png, suffix=".png") as tmp:
-        ngram_heatmap(ex.tokens, grid, tmp, title)
+        ngram_heatmap(ex.tokens, grid, tmp, title + (" (forward)" if both else ""))
+    if back is None:
+        return [png]
+    with replacing(back, suffix=".png") as tmp:
+        ngram_heatmap_backward(ex.tokens, grid_of(1), tmp, title + " (backward)")
+    return [png, back]
 
 
 def _explain_text(ex, top: int | None) -> str:
@@ -231,6 +246,7 @@ def add_parser(sub) -> None:
                    "the same in every context, a remainder for nonlinear cells; exact: linearised at the "
                    "true states, no remainder, n-grams that depend on their context")
     e.add_argument("--json", action="store_true", help="machine-readable output")
-    e.add_argument("--png", type=new_file, help="also write the n-gram heatmap to this PNG file")
+    e.add_argument("--png", type=new_file, help="also write the n-gram heatmap to this PNG file (a bidirectional model's backward "
+                   "n-grams beside it, in NAME-backward.png)")
     e.add_argument("--force", action="store_true", help="replace the PNG file (or the --out folder) if it exists")
     e.set_defaults(func=cmd_explain)

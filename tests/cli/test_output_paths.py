@@ -108,3 +108,25 @@ def test_an_empty_name_is_not_taken_as_no_name(model, tmp_path, capsys, argv, ne
     texts.write_text("good movie\n")
     code, _, err = run_cli(capsys, *(a.format(m=model, t=texts) for a in argv))
     assert_clean_error(code, err, needle)
+
+
+def test_explain_png_of_a_bidirectional_model_draws_both_directions(tmp_path, capsys):
+    """The forward heatmap in the named file, the backward one beside it (NAME-backward.png),
+    as the report draws them; a one-direction model writes only the named file."""
+    torch.manual_seed(0)
+    bi = untrained_checkpoint(tmp_path / "bi", bidirectional=True)
+    png = tmp_path / "heat.png"
+    code, out, err = run_cli(capsys, "explain", "--model", bi, "good movie", "--png", png)
+    assert code == 0, err
+    back = tmp_path / "heat-backward.png"
+    assert png.read_bytes()[:4] == b"\x89PNG" and back.read_bytes()[:4] == b"\x89PNG"
+    assert f"wrote {png}" in out and f"wrote {back}" in out
+    # the backward file is checked like the named one: it exists now, so without --force ...
+    png.unlink()
+    code, _, err = run_cli(capsys, "explain", "--model", bi, "good movie", "--png", png)
+    assert code == 2 and "Traceback" not in err
+    assert "heat-backward.png exists; use --force" in err.strip().splitlines()[-1]   # after the <unk> warning
+    assert not png.exists()
+    one = untrained_checkpoint(tmp_path / "one")
+    code, out, err = run_cli(capsys, "explain", "--model", one, "good movie", "--png", tmp_path / "one.png")
+    assert code == 0 and not (tmp_path / "one-backward.png").exists(), err
