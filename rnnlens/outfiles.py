@@ -169,6 +169,11 @@ def check_output_folder(out: str | Path) -> Path:
     return target
 
 
+def _read_paths(inputs):
+    """(as given, resolved) for each path a command reads; None and "-" (standard input) skipped."""
+    return [(p, Path(p).resolve()) for p in inputs if p is not None and str(p) != "-"]
+
+
 def check_not_an_input(out: str | Path, inputs) -> None:
     """Before any work, that the output folder `out` (which --force replaces whole) is a folder
     that can be replaced (`check_output_folder`), none of the paths the command reads
@@ -177,10 +182,7 @@ def check_not_an_input(out: str | Path, inputs) -> None:
     holds files the command reads that `inputs` does not name one by one): replacing it
     would delete what was read."""
     target = check_output_folder(out)
-    for p in inputs:
-        if p is None or str(p) == "-":
-            continue
-        q = Path(p).resolve()
+    for p, q in _read_paths(inputs):
         if q == target or target in q.parents:
             what = "is" if q == target else "holds"
             raise RnnlensError(f"output folder {out} {what} {p}, which this command reads; replacing it "
@@ -194,10 +196,7 @@ def check_not_read(path: str | Path, inputs) -> None:
     """That the output file `path` is none of the files the command reads, nor a file that
     exists in a folder it reads (`inputs`; None and "-" skipped): --force would replace it."""
     target = Path(path).resolve()
-    for p in inputs:
-        if p is None or str(p) == "-":
-            continue
-        q = Path(p).resolve()
+    for p, q in _read_paths(inputs):
         if q == target or (q.is_dir() and q in target.parents and target.exists()):
             what = "is" if q == target else "lies in"
             raise RnnlensError(f"output file {path} {what} {p}, which this command reads; writing it would "

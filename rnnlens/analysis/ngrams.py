@@ -14,13 +14,13 @@ All functions are pure: they take a LinearView and tensors and return tensors.
 """
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 
 import torch
 
 from ..cells.base import LinearView
 from ..errors import InputError, RnnlensError
+from ..ops.checks import integer, shape_of
 
 
 def require_real(view: LinearView, what: str = "n-gram scores") -> None:
@@ -50,9 +50,8 @@ def _readout_rows(view: LinearView, w: torch.Tensor) -> torch.Tensor:
     S = view.g.shape[-1]
     H = len(range(S)[view.readout])
     if not isinstance(w, torch.Tensor) or w.dim() not in (1, 2) or w.shape[-1] != H:
-        got = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
         raise InputError(f"readout weight must be [H] or [C, H] with H = {H} (the readout of a state of "
-                         f"size {S}), got {got}")
+                         f"size {S}), got {shape_of(w)}")
     if w.dim() == 1:
         w = w[None]
     W = w.new_zeros(w.shape[0], S)
@@ -173,18 +172,6 @@ def top_ngrams(view: LinearView, w: torch.Tensor, k: int = 20, max_n: int | None
     return top.result()
 
 
-def _index(name: str, value, upper: int | None, what: str) -> int:
-    """value as an int in [0, upper) (upper None: >= 0), else InputError naming it."""
-    try:
-        i = None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        i = None
-    if i is None or i < 0 or (upper is not None and i >= upper):
-        span = f"in [0, {upper})" if upper is not None else ">= 0"
-        raise InputError(f"{name} must be {what}, an integer {span}, got {value!r}")
-    return i
-
-
 class TopNgrams:
     """top_ngrams over a sequence given as consecutive linear views of its chunks, so that
     memory does not grow with the sequence: only the vectors of the n-grams that end at the
@@ -206,11 +193,10 @@ class TopNgrams:
 
     def __init__(self, w: torch.Tensor, k: int = 20, max_n: int | None = 8):
         if not isinstance(w, torch.Tensor) or not (w.dim() == 1 or (w.dim() == 2 and w.shape[0] == 1)):
-            got = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
-            raise InputError(f"top n-grams read one output row: w must be [H] (or [1, H]), got {got}")
-        k = _index("k", k, None, "how many n-grams to keep")
-        if k < 1 or (max_n is not None and _index("max_n", max_n, None, "the longest n-gram") < 1):
-            raise InputError(f"k and max_n must be at least 1 (max_n may be None), got {k} and {max_n!r}")
+            raise InputError(f"top n-grams read one output row: w must be [H] (or [1, H]), got {shape_of(w)}")
+        k = integer("k", k, 1, what="how many n-grams to keep")
+        if max_n is not None:
+            integer("max_n", max_n, 1, what="the longest n-gram (or None)")
         self.w, self.k = w, k
         self.max_n = max_n
         self.next = 0                           # the next position of the sequence to read
@@ -224,8 +210,8 @@ class TopNgrams:
             raise RnnlensError(f"positions {self.next} to {offset - 1} were never given: the chunks "
                                "of a sequence must follow one another (they may overlap)")
         require_real(view, "top n-gram scores")
-        row = _index("row", row, view.g.shape[0], "a sequence of the batch")
-        offset = _index("offset", offset, None, "the chunk's first position in the sequence")
+        row = integer("row", row, 0, view.g.shape[0], "a sequence of the batch")
+        offset = integer("offset", offset, 0, what="the chunk's first position in the sequence")
         W = _readout_rows(view, self.w)[0]                              # [S]
         g = view.g[row: row + 1]
         T = g.shape[1]
@@ -299,7 +285,7 @@ def scores_ending_at(view: LinearView, w: torch.Tensor, t: int) -> torch.Tensor:
     wanted through it; otherwise one `rapply` a step.
     """
     require_real(view)
-    t = _index("t", t, view.g.shape[1], "a position of the view")
+    t = integer("t", t, 0, view.g.shape[1], "a position of the view")
     W = _readout_rows(view, w)
     B = view.g.shape[0]
     R = W.expand(B, *W.shape)                               # [B,C,S]
@@ -323,8 +309,7 @@ def initial_part(view: LinearView) -> torch.Tensor | None:
 
 def _check_states(view: LinearView, states) -> None:
     if not isinstance(states, torch.Tensor) or tuple(states.shape) != tuple(view.g.shape):
-        got = tuple(states.shape) if isinstance(states, torch.Tensor) else type(states).__name__
-        raise InputError(f"states must be the model's [B, T, S] = {list(view.g.shape)}, got {got}")
+        raise InputError(f"states must be the model's [B, T, S] = {list(view.g.shape)}, got {shape_of(states)}")
 
 
 def remainder(view: LinearView, states: torch.Tensor) -> torch.Tensor:

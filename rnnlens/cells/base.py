@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-import operator
 
 import torch
 from torch import nn
 
 from ..errors import InputError
 from ..ops.affine import structured_adjoints, structured_scan
+from ..ops.checks import integer, shape_of
 
 
 def last_real(mask: torch.Tensor) -> torch.Tensor:
@@ -309,24 +309,21 @@ def checked_inputs(cell: "Cell", x, mask, state):
     ([T,B] time-major; any dtype, taken as mask != 0, so a 0/1 integer mask works as a bool
     one), state None or [B,S]. Raises InputError (a ValueError) naming what does not fit."""
     if not isinstance(x, torch.Tensor) or x.dim() != 3:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise InputError(f"expected x of shape [B, T, {cell.input_size}], got {got}")
+        raise InputError(f"expected x of shape [B, T, {cell.input_size}], got {shape_of(x)}")
     time_major = not getattr(cell, "batch_first", True)
     B, T = (x.shape[1], x.shape[0]) if time_major else (x.shape[0], x.shape[1])
     if mask is not None:
         want = (T, B) if time_major else (B, T)
         if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != want:
-            got = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
             raise InputError(f"mask must be {'[T, B]' if time_major else '[B, T]'} = {list(want)} for x of "
-                             f"shape {tuple(x.shape)}, got {got}")
+                             f"shape {tuple(x.shape)}, got {shape_of(mask)}")
         if mask.dtype != torch.bool:
             mask = mask != 0
     if state is not None:
         S = cell.state_size
         if not isinstance(state, torch.Tensor) or tuple(state.shape) != (B, S):
-            got = tuple(state.shape) if isinstance(state, torch.Tensor) else type(state).__name__
             raise InputError(f"start state must be [B, S] = {[B, S]} for this {type(cell).__name__} "
-                             f"(state size {S}), got {got}")
+                             f"(state size {S}), got {shape_of(state)}")
     return mask, state
 
 
@@ -354,22 +351,11 @@ def _checking(method):
     return run
 
 
-def check_size(name: str, value, minimum: int = 1) -> int:
-    """value as an int of at least `minimum`, else InputError naming it (a cell's sizes)."""
-    try:
-        n = None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        n = None
-    if n is None or n < minimum:
-        raise InputError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return n
-
-
 SIZE_ARGUMENTS = ("input_size", "hidden_size")
 
 
 def _checking_sizes(init):
-    """init, checking its input_size and hidden_size arguments (`check_size`) first."""
+    """init, checking its input_size and hidden_size arguments (integers >= 1) first."""
     sig = inspect.signature(init)
     names = [n for n in SIZE_ARGUMENTS if n in sig.parameters]
     if not names or getattr(init, "checks_inputs", False):
@@ -380,7 +366,7 @@ def _checking_sizes(init):
         bound = sig.bind(self, *args, **kwargs).arguments
         for n in names:
             if n in bound:
-                check_size(n, bound[n])
+                integer(n, bound[n], 1)
         return init(self, *args, **kwargs)
 
     run.checks_inputs = True

@@ -36,11 +36,9 @@ def cmd_negation(args) -> int:
     from ..outfiles import check_not_an_input
     from ..train.checkpoint import output_dir
 
-    if args.out is not None and not str(args.out).strip():
-        raise RnnlensError("--out is an empty name; give the folder to write")
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        check_not_an_input(out, [*args.model, args.adjectives, getattr(args, "data_dir", None)])
+    if args.out is not None:           # the name as given: "" is an error there, not "no --out"
+        check_not_an_input(args.out, [*args.model, args.adjectives, getattr(args, "data_dir", None)])
+    out = Path(args.out) if args.out is not None else None
     if out is not None and out.exists() and not args.force:  # refuse before doing any work
         raise RnnlensError(f"output folder {out} exists; use --force to replace it")
     res = negation_studies(args.model, data_dir=getattr(args, "data_dir", None), adjectives=args.adjectives,

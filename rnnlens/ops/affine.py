@@ -244,6 +244,17 @@ class _StructuredScan(torch.autograd.Function):
         return d_in, dW, dcoef, ddiag, delta, None, None
 
 
+def _check_structured(g, W, coef, diag) -> tuple[int, int, int]:
+    """The shapes structured_scan and structured_adjoints take (g: dstates for the adjoints):
+    g [B,T,H], W [K*H,H], coef [B,T,K*H], diag [B,T,H] or None -> (B, T, H)."""
+    expect("g", g, None, None, None)
+    B, T, H = g.shape
+    expect("W", W, None, H)
+    expect("coef", coef, B, T, W.shape[0])
+    expect("diag", diag, B, T, H)
+    return B, T, H
+
+
 def structured_scan(g: torch.Tensor, W: torch.Tensor, coef: torch.Tensor, diag: torch.Tensor | None,
                     initial_state: torch.Tensor | None = None, mask: torch.Tensor | None = None):
     """Fused fast path for StructuredView recurrences (Elman/GRU-type A, MVMA-ME, the
@@ -251,11 +262,7 @@ def structured_scan(g: torch.Tensor, W: torch.Tensor, coef: torch.Tensor, diag: 
     initial_state [B,H] (default zeros), mask [B,T] -> (states[B,T,H], final[B,H]).
     Matches affine_scan and affine_scan_ref. bfloat16/float16 inputs (autocast) are taken in
     float32, and the scan runs with autocast off."""
-    expect("g", g, None, None, None)
-    B, T, H = g.shape
-    expect("W", W, None, H)
-    expect("coef", coef, B, T, W.shape[0])
-    expect("diag", diag, B, T, H)
+    B, T, H = _check_structured(g, W, coef, diag)
     expect("initial_state", initial_state, B, H)
     mask = mask_of(mask, B, T)
     s0 = initial_state if initial_state is not None else g.new_zeros(g.shape[0], g.shape[2])
@@ -448,11 +455,7 @@ def structured_adjoints(dstates: torch.Tensor, W: torch.Tensor, coef: torch.Tens
                         diag: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
     """d_in [B,T,H] of the structured recurrence (`structured_scan`'s arguments) for the
     direct gradients dstates [B,T,H]; not differentiable."""
-    expect("dstates", dstates, None, None, None)
-    B, T, H = dstates.shape
-    expect("W", W, None, H)
-    expect("coef", coef, B, T, W.shape[0])
-    expect("diag", diag, B, T, H)
+    B, T, H = _check_structured(dstates, W, coef, diag)
     mask = mask_of(mask, B, T)
     diag = torch.zeros_like(dstates) if diag is None else diag
     with torch.no_grad(), no_autocast(dstates.device.type):

@@ -27,7 +27,7 @@ from torch.autograd.function import once_differentiable
 
 from ..errors import InputError
 from . import cpp
-from .checks import expect, mask_of
+from .checks import expect, mask_of, shape_of
 from .precision import no_autocast, no_autocast_backward
 
 
@@ -54,11 +54,10 @@ def rational_scan(P: torch.Tensor, initial_state: torch.Tensor, mask: torch.Tens
     pass). Differentiable in P, initial_state, r, p1 and p2 (once)."""
     expect("P", P, None, None, None)
     B, T, R = P.shape
-    if not isinstance(initial_state, torch.Tensor) or initial_state.dim() not in (2, 3):
-        expect("initial_state", initial_state, B, None, None)
-    n, H = initial_state.shape[-2:]
-    if initial_state.dim() == 3 and initial_state.shape[0] not in (1, B):
-        expect("initial_state", initial_state, B, n, H)
+    c0 = initial_state
+    if not (isinstance(c0, torch.Tensor) and (c0.dim() == 2 or (c0.dim() == 3 and c0.shape[0] in (1, B)))):
+        raise InputError(f"initial_state must be [n, H], [1, n, H] or [B, n, H] with B = {B}, got {shape_of(c0)}")
+    n, H = c0.shape[-2:]
     if R not in (2 * n * H, (2 * n + 1) * H):
         raise InputError(f"P must be [B, T, R*H] with R = {2 * n} or {2 * n + 1} ({n} blocks of {H} "
                          f"from initial_state), got {tuple(P.shape)}")

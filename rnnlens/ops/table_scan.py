@@ -30,7 +30,7 @@ from torch.autograd.function import once_differentiable
 
 from ..errors import InputError
 from . import cpp, graphs
-from .checks import expect, mask_of
+from .checks import expect, mask_of, shape_of
 from .precision import no_autocast_backward
 
 FUSED = True                   # the C++ loop where it applies (see the module docstring)
@@ -160,17 +160,21 @@ def table_scan(table: torch.Tensor, idx: torch.Tensor, start: torch.Tensor, d: t
     initial_state."""
     expect("idx", idx, None, None)
     B, T = idx.shape
-    expect("table", table, None, None, None)
+    if not (isinstance(table, torch.Tensor) and table.dim() == 3 and table.shape[1] == table.shape[2]):
+        raise InputError(f"table must be of shape [U, n, n], got {shape_of(table)}")
     n = table.shape[-1]
-    expect("table", table, None, n, n)
     expect("start", start, B, T)
     expect("d", d, B, n)
     expect("M", M, B, n, n)
     expect("initial_state", initial_state, B, n)
     mask = mask_of(mask, B, T)
-    if idx.numel() and (idx.is_floating_point() or int(idx.min()) < 0 or int(idx.max()) >= table.shape[0]):
-        raise InputError(f"idx must hold integer rows of table in [0, {table.shape[0]}), got "
-                         f"{idx.dtype} values in [{idx.min().item()}, {idx.max().item()}]")
+    if idx.is_floating_point():
+        raise InputError(f"idx must hold integer rows of table, got {idx.dtype}")
+    if idx.numel():
+        lo, hi = (int(v) for v in torch.aminmax(idx))           # one pass over idx
+        if lo < 0 or hi >= table.shape[0]:
+            raise InputError(f"idx must hold integer rows of table in [0, {table.shape[0]}), got values "
+                             f"in [{lo}, {hi}]")
     h0 = initial_state if initial_state is not None else table.new_zeros(B, n)
     if T == 0:
         return h0.new_zeros(B, 0, n), h0
