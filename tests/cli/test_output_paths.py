@@ -33,10 +33,13 @@ def in_folder(tmp_path):
 
 
 @pytest.mark.parametrize("out", [".", "..", "", "./"])
-@pytest.mark.parametrize("command", ["report", "unitary", "negation", "train"])
+@pytest.mark.parametrize("command", ["report", "unitary", "negation", "train", "demo", "explain"])
 def test_the_current_folder_or_above_is_never_an_output(model, in_folder, capsys, out, command):
+    lines = in_folder.parent.parent / "lines.txt"
+    lines.write_text("good movie\n")
     argv = {"report": ["report", "--model", model, "--quiet"], "unitary": ["unitary", "--model", model],
-            "negation": ["negation", "--model", model, "--quiet"], "train": ["train", *TINY]}[command]
+            "negation": ["negation", "--model", model, "--quiet"], "train": ["train", *TINY],
+            "demo": ["demo"], "explain": ["explain", "--model", model, "--lines", lines]}[command]
     before = sorted(os.listdir(in_folder.parent))
     code, _, err = run_cli(capsys, *argv, "--out", out, "--force")
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
