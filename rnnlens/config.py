@@ -235,8 +235,9 @@ class Config:
                 raise RnnlensError(f"budget {budget!r} is not defined here; defined: {', '.join(['full', *budgets])}")
             d = merge(d, budgets[budget])
         version = d.pop("version", CONFIG_VERSION)
-        if version != CONFIG_VERSION:
-            raise RnnlensError(f"config version {version} is not supported (this rnnlens reads version {CONFIG_VERSION})")
+        if type(version) is not int or version != CONFIG_VERSION:      # not "1", 1.0 or true
+            raise RnnlensError(f"config version {version!r} is not supported (this rnnlens reads version "
+                               f"{CONFIG_VERSION}, a whole number)")
         sections = {f.name: f.type for f in fields(cls)}
         unknown = sorted(set(d) - set(sections))
         if unknown:

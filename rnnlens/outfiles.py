@@ -91,6 +91,8 @@ def _acquire(lock: Path, path: Path) -> int | None:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
         except FileNotFoundError:
+            if lock.parent.is_dir():        # /proc, /sys: a folder where no file can be made
+                raise RnnlensError(f"cannot create files in folder {lock.parent}") from None
             raise RnnlensError(f"folder {lock.parent} does not exist") from None
         except OSError as e:
             raise RnnlensError(f"cannot write in folder {lock.parent}: {e.strerror}") from None
@@ -190,6 +192,26 @@ def check_not_an_input(out: str | Path, inputs) -> None:
         if q in target.parents and q.is_dir() and target.exists():
             raise RnnlensError(f"output folder {out} exists inside {p}, which this command reads; replacing "
                                "it could delete what is read: choose an --out outside it")
+    check_can_create(target)
+
+
+def check_can_create(target: Path) -> None:
+    """Before any work, that files can be made beside `target` (in the nearest folder above it
+    that exists): a read-only folder, or one such as /proc where no file can be made, is
+    refused now rather than after the work. Probed with a temporary file, removed at once."""
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return                      # a file where a folder should be: the writer says so
+    try:
+        fd, name = tempfile.mkstemp(prefix=".rnnlens-probe-", dir=parent)
+    except FileNotFoundError:
+        raise RnnlensError(f"cannot create files in folder {parent}") from None
+    except OSError as e:
+        raise RnnlensError(f"cannot write in folder {parent}: {e.strerror}") from None
+    os.close(fd)
+    os.unlink(name)
 
 
 def check_not_read(path: str | Path, inputs) -> None:

@@ -7,6 +7,7 @@ mode with no gradients, and come back in the input's order.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from .run import Run
 
 SENTENCE_TASKS = ("classify", "regress", "relation", "agreement")
 FORMATS = ("auto", "lines", "tsv", "jsonl")
+LINE_LIMIT = 16 << 20        # characters in one input line: a text, not an endless stream (/dev/zero)
 
 
 # --- reading texts ---------------------------------------------------------------------------
@@ -34,6 +36,8 @@ def read_texts(lines: Iterable[str], fmt: str = "auto", name: str = "input") -> 
         raise RnnlensError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt == "auto":
         fmt = "jsonl" if name.endswith(".jsonl") else "tsv" if name.endswith(".tsv") else "lines"
+    if hasattr(lines, "readline"):      # a file or stdin: each line read with a bound
+        lines = _bounded_lines(lines, name)
     for no, line in enumerate(lines, 1):
         line = line.rstrip("\r\n")
         if not line.strip():
@@ -55,6 +59,20 @@ def read_texts(lines: Iterable[str], fmt: str = "auto", name: str = "input") -> 
             if not isinstance(text, str):
                 raise RnnlensError(f"{name}:{no}: expected an object with a \"text\" string, or a JSON string")
             yield no, clean_text(text)
+
+
+def _bounded_lines(f, name: str, limit: int = LINE_LIMIT) -> Iterator[str]:
+    """The lines of the text file f, each read at most `limit` characters at a time: a line
+    longer than that (a device such as /dev/zero has one endless line) is an RnnlensError, not
+    a read that fills the memory."""
+    for no in itertools.count(1):
+        line = f.readline(limit + 1)
+        if not line:
+            return
+        if len(line) > limit:
+            raise RnnlensError(f"{name}:{no}: a line longer than {limit >> 20} MiB characters; one text a line is "
+                               "expected (is it a device or a binary file?)")
+        yield line
 
 
 # --- predicting ------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from ..argtypes import COUNT, SEED, SIZE
+from ..data.tokenize import shown
 from ..errors import RnnlensError
 from ..outfiles import json_text
 
@@ -121,7 +122,7 @@ def cmd_attention(args) -> int:
     if args.json:
         print(json_text(res, indent=2))
         return 0
-    print(format_summary(report))
+    print(shown(format_summary(report), keep="\n"))
     if out is not None:
         print(f"\nwrote {out}")
     return 0

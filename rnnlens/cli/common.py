@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..data.tokenize import shown
 from ..errors import RnnlensError
 
 
@@ -48,7 +49,7 @@ def warn_unknown(unknown: list[str], tokens: list[str]) -> None:
     """The warning explain and wfsa print when words of the text are read as <unk>."""
     if unknown:
         which = "all tokens are" if len(set(unknown)) == len(set(tokens)) else "some tokens are"
-        print(f"warning: {which} unknown to the model and read as <unk>: {' '.join(sorted(set(unknown)))}",
+        print(f"warning: {which} unknown to the model and read as <unk>: {shown(' '.join(sorted(set(unknown))))}",
               file=sys.stderr)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..argtypes import COUNT, SIZE
+from ..data.tokenize import shown
 from ..errors import RnnlensError
 from ..outfiles import json_text
 
@@ -33,7 +34,7 @@ def cmd_complete(args) -> int:
         print(json_text({"model": str(args.model), "memory": memory, **res.to_dict(questions)}, indent=2))
         return 0
     print(f"model {args.model} (memory block: {memory}); {len(questions)} questions")
-    print(format_result(res, questions, show=args.show))
+    print(shown(format_result(res, questions, show=args.show), keep="\n"))
     return 0
 
 

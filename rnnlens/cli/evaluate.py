@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..argtypes import new_file
+from ..data.tokenize import shown
 from ..errors import RnnlensError
 from ..outfiles import check_new_file, json_text
 from ..metrics import scores_line
@@ -59,7 +60,7 @@ def cmd_eval(args) -> int:
             from ..app.predict import report_text
 
             print()
-            print(report_text(report))
+            print(shown(report_text(report), keep="\n"))
         if png is not None:
             print(f"wrote {png}")
     return 0

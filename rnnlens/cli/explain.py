@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from ..argtypes import SIZE, new_file
+from ..data.tokenize import shown
 from ..errors import RnnlensError
 from ..outfiles import check_new_file, check_not_an_input, json_text
 from .common import _load_run, warn_unknown
@@ -25,10 +26,12 @@ def cmd_explain(args) -> int:
         raise RnnlensError("give either the text to explain or --file with a document, not both")
     if args.text is None and args.file is None:
         raise RnnlensError("give the text to explain, --file with a document, or --lines with one sentence a line")
+    if args.file is None and args.max_n is not None:
+        raise RnnlensError(_MAX_N_SENTENCE)
     text = args.text
     if args.file is not None:
         try:
-            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8-sig")
+            text = _read_document(args.file)
         except OSError as e:
             raise RnnlensError(f"cannot read {args.file}: {e.strerror or e}") from None
         except UnicodeDecodeError as e:
@@ -100,6 +103,25 @@ def _explain_png(ex, png: Path, force: bool, inputs) -> list[Path]:
     return [png, back]
 
 
+_MAX_N_SENTENCE = ("--max-n limits a document's n-grams (--file); a sentence's explanation lists all its "
+                   "n-grams, which add up to the output (--top shows fewer)")
+DOCUMENT_LIMIT = 64 << 20      # characters of a document to explain
+
+
+def _read_document(file: str, limit: int = DOCUMENT_LIMIT) -> str:
+    """The text of --file ('-': standard input), read at most `limit` characters: a longer one,
+    or an endless one (/dev/zero), is a one-line error, not a read that fills the memory."""
+    if file == "-":
+        text = sys.stdin.read(limit + 1)
+    else:
+        with open(file, encoding="utf-8-sig") as f:
+            text = f.read(limit + 1)
+    if len(text) > limit:
+        raise RnnlensError(f"{'standard input' if file == '-' else file} is longer than {limit >> 20} MiB "
+                           "characters; explain a shorter document (split a longer one)")
+    return text
+
+
 def _explain_text(ex, top: int | None) -> str:
     """The terminal form of a TextExplanation: the prediction, then each explained output as
     output = offset + n-grams + remainder with its largest n-grams."""
@@ -115,9 +137,10 @@ def _explain_text(ex, top: int | None) -> str:
     if ex.view == "exact":
         lines.append("view: linearised at the true states; each n-gram's contribution depends on its context")
     both = ex.directions > 1
-    shown = [p.top(ex.tokens, top if top is not None or p.position is None else 3) for p in ex.positions]
-    width = max(10, min(60, max((len(r["text"]) for rows in shown for r in rows), default=10)))
-    for p, rows in zip(ex.positions, shown):
+    tops = [[{**r, "text": shown(r["text"])} for r in p.top(ex.tokens, top if top is not None or p.position is None else 3)]
+            for p in ex.positions]
+    width = max(10, min(60, max((len(r["text"]) for rows in tops for r in rows), default=10)))
+    for p, rows in zip(ex.positions, tops):
         head = "" if p.position is None else f"[{p.position}] {ex.tokens[p.position]} -> {p.target}: "
         lines.append(f"{head}{p.output:+.3f} = offset {p.offset:+.3f} + n-grams {p.ngram_total:+.3f} "
                      f"+ remainder {p.remainder:+.3f}")
@@ -130,7 +153,7 @@ def _explain_text(ex, top: int | None) -> str:
             text = r["text"] if len(r["text"]) <= width else r["text"][: width - 1] + "…"
             d = f"{r['direction']:<9}  " if both else ""
             lines.append(f"{indent}{d}{r['start']:>5} {r['end']:>4}  {text:<{width}} {r['score']:>+12.3f}")
-    return "\n".join(lines)
+    return shown("\n".join(lines), keep="\n")
 
 
 def _explain_document(args, model, vocab, tokens, labels) -> int:
@@ -154,7 +177,8 @@ def _explain_document(args, model, vocab, tokens, labels) -> int:
     if args.png:
         raise RnnlensError("--png draws the heatmap of a sentence; a document gets the top-k list only")
     w, name = readout_row(model, vocab, args.target)
-    stream = TopNgrams(w, k=args.top or 20, max_n=args.max_n)
+    max_n = args.max_n or 8
+    stream = TopNgrams(w, k=args.top or 20, max_n=max_n)
     L = DOCUMENT_CHUNK
     with torch.no_grad(), tqdm(total=len(tokens), unit="tok", desc="explain", file=sys.stderr,
                                disable=len(tokens) <= L) as bar:
@@ -168,10 +192,11 @@ def _explain_document(args, model, vocab, tokens, labels) -> int:
     top = stream.result()
     rows = [{"start": i, "end": t, "text": " ".join(tokens[i: t + 1]), "score": sc} for sc, i, t in top]
     if args.json:
-        print(json_text({"tokens": len(tokens), "target": name, "max_n": args.max_n, "ngrams": rows}, indent=2))
+        print(json_text({"tokens": len(tokens), "target": name, "max_n": max_n, "ngrams": rows}, indent=2))
         return 0
-    print(f"{len(tokens)} tokens; the {len(rows)} n-grams of at most {args.max_n} tokens with the largest "
-          f"|score| toward '{name}' (w^T v(i:t), each n-gram on its own)")
+    print(shown(f"{len(tokens)} tokens; the {len(rows)} n-grams of at most {max_n} tokens with the largest "
+                f"|score| toward '{name}' (w^T v(i:t), each n-gram on its own)"))
+    rows = [{**r, "text": shown(r["text"])} for r in rows]
     width = max(10, min(60, max((len(r["text"]) for r in rows), default=10)))
     print(f"{'start':>6} {'end':>6}  {'n-gram':<{width}} {'score':>8}")
     for r in rows:
@@ -194,6 +219,8 @@ def _explain_lines(args) -> int:
         raise RnnlensError("--lines needs --out DIR (explanations.jsonl and explanations.html are written there)")
     if args.text is not None or args.file is not None:
         raise RnnlensError("give --lines, or a text, or --file (one of them)")
+    if args.max_n is not None:
+        raise RnnlensError(_MAX_N_SENTENCE)
     if args.png is not None or args.json:
         raise RnnlensError(f"{'--png' if args.png is not None else '--json'} goes with one text; --lines writes "
                            "each line's explanation to --out DIR (explanations.jsonl and explanations.html)")
@@ -237,7 +264,8 @@ def add_parser(sub) -> None:
                    "HTML page")
     e.add_argument("--out", metavar="DIR", help="with --lines: the output folder")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
-    e.add_argument("--max-n", type=SIZE, default=8, help="documents: longest n-gram considered (default 8)")
+    e.add_argument("--max-n", type=SIZE, help="documents (--file): longest n-gram considered (default 8); a "
+                   "sentence's explanation lists all its n-grams, which add up to the output")
     e.add_argument("--target", help="label to explain (default: the prediction)")
     e.add_argument("--top", type=SIZE, default=None, metavar="K", help="show only the K (>= 1) n-grams with "
                    "the largest |score| (default: all of a sentence's; documents: 20)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..argtypes import COUNT, NON_NEGATIVE, POSITIVE
+from ..data.tokenize import shown
 from ..errors import RnnlensError
 from ..outfiles import json_text
 
@@ -57,7 +58,7 @@ def cmd_negation(args) -> int:
     if args.json:
         print(json_text(res.report, indent=2))
         return 0
-    print(_negation_text(res.sets, res.results, res.forms))
+    print(shown(_negation_text(res.sets, res.results, res.forms), keep="\n"))
     if out is not None:
         print(f"\nwrote {out}")
     return 0

@@ -1,6 +1,7 @@
 """`rnnlens train`: train a model from flags and/or a config file (resumable)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ..errors import RnnlensError
@@ -14,6 +15,8 @@ def cmd_train(args) -> int:
 
     if args.resume and args.out and Path(args.out) != Path(args.resume):
         raise RnnlensError(f"--out {args.out} and --resume {args.resume} name different folders; give one")
+    if args.budget is not None and not args.config:
+        raise RnnlensError(f"--budget {args.budget} names a budget of a --config file; give the --config that has it")
     out = args.resume or args.out
     if not out:
         raise RnnlensError("train needs --out FOLDER (or --resume FOLDER to continue an interrupted run)")
@@ -27,7 +30,7 @@ def cmd_train(args) -> int:
 def _train(args, out, dist) -> int:
     import shlex
 
-    from ..config import Config, load_config_file
+    from ..config import OWN_CORPUS_TASKS, Config, load_config_file
     from ..outfiles import check_not_an_input
     from ..train import distributed
     from ..train.resume import (
@@ -49,8 +52,16 @@ def _train(args, out, dist) -> int:
         if key.startswith("cfg:"):
             section, name = key[4:].split(".")
             d[section][name] = value
+    given = getattr(args, "cfg:data.corpus", None)
+    if given == "polarity" and d["data"]["task"] in OWN_CORPUS_TASKS:    # from_dict would replace it
+        raise RnnlensError(f"--task {d['data']['task']} generates its own data; --corpus polarity would not be read "
+                           f"(leave --corpus out, or give --corpus {d['data']['task']})")
     cfg = Config.from_dict(d)
     data, train = cfg.data, cfg.train
+    m = cfg.model
+    if m.layer_dropout and m.layers == 1 and m.memory is None and m.cell != "transformer" and main:
+        print(f"note: model.layer_dropout {m.layer_dropout:g} acts between stacked layers and does nothing with "
+              "model.layers 1", file=sys.stderr)
     check_not_an_input(out, [args.config, data.data_dir, data.train_file, data.dev_file, data.test_file,
                              cfg.model.embeddings_file, train.init_from])
     if saved:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..argtypes import SIZE
+from ..data.tokenize import shown
 from ..errors import RnnlensError
 from ..outfiles import json_text
 
@@ -59,7 +60,7 @@ def cmd_unitary(args) -> int:
     if args.json:
         print(json_text(res, indent=2))
         return 0
-    print(format_tables(res, str(args.model)))
+    print(shown(format_tables(res, str(args.model)), keep="\n"))
     if out is not None:
         print(f"\nwrote {out}")
     return 0

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from ..argtypes import COUNT, SIZE
+from ..data.tokenize import shown
 from ..errors import RnnlensError
 from ..outfiles import check_new_file
 from .common import warn_unknown
@@ -50,12 +51,12 @@ def cmd_wfsa(args) -> int:
     kind = {"b": "B (2 states)", "c": "C (3 states)", "f": "F (4 states, one epsilon transition)",
             "ngram": f"the {cell.n}-gram automaton ({cell.n + 1} states)"}[cell.pattern]
     print(f"WFSA {kind}, {cell.sr.name} semiring, layer 1 dimension {args.dim}")
-    print(f"tokens: {' '.join(tokens)}")
+    print(shown(f"tokens: {' '.join(tokens)}"))
     print(f"score {score:+.6f}; the model's state c = {state:+.6f} (difference {abs(score - state):.1e})")
     if cell.sr.is_idempotent:
         best, path = wfsa.viterbi(ids)
         gram = path_ngram(path)
-        words = " ... ".join(f"{tokens[p]}@{p}" for p, _ in gram)
+        words = shown(" ... ".join(f"{tokens[p]}@{p}" for p, _ in gram))
         print(f"best path: score {float(best):+.6f}, pattern {words}")
     else:
         from ..analysis.ngrams import ngram_vectors
@@ -67,7 +68,7 @@ def cmd_wfsa(args) -> int:
         order = v.abs().argsort(descending=True)[: args.top]
         print("largest n-grams ending at the last token (their paths summed; they add up to the score):")
         for i in order.tolist():
-            print(f"  {' '.join(tokens[i:]):<50} {float(v[i]):+.6f}")
+            print(f"  {shown(' '.join(tokens[i:])):<50} {float(v[i]):+.6f}")
     if dot is not None:
         from ..outfiles import replacing
 

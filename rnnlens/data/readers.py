@@ -88,6 +88,8 @@ def _existing_file(path) -> Path:
     if p.is_dir():
         raise RnnlensError(f"data file {p} is a folder; give the file")
     if not p.is_file():
+        if p.exists():      # a device (/dev/zero never ends), a pipe or a socket: read whole, it has no bound
+            raise RnnlensError(f"data file {p} is not a regular file (a device, a pipe or a socket); give a file")
         raise RnnlensError(f"data file {p} does not exist")
     return p
 

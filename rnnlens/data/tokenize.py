@@ -16,6 +16,17 @@ def clean_text(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
+def shown(text: str, keep: str = "") -> str:
+    """text as a terminal shows it faithfully: every character Python does not call printable
+    (controls such as ESC, NUL and BEL, format characters such as U+200B, line and paragraph
+    separators, non-ASCII spaces) written as its escape (\\x1b, \\u200b), so that a user's text
+    cannot recolour the terminal, move its cursor or break a table's rows. Characters in
+    `keep` (e.g. "\\n" for a whole table) pass as they are; the ASCII space always does."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else ascii(c)[1:-1] for c in text)
+
+
 @dataclass(frozen=True)
 class Tokenizer:
     """Splits text into tokens.

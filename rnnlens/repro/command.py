@@ -62,6 +62,14 @@ def cmd_repro(args) -> int:
     if data_dir is not None and not data_dir.is_dir():
         raise RnnlensError(f"--data-dir {data_dir} is not a folder")
     if args.list:
+        ignored = [flag for flag, given in (("--tiny", args.tiny), ("--seeds", args.seeds != 1),
+                                            ("--seed", args.seed != 0), ("--time-limit", args.time_limit),
+                                            ("--rows", args.rows), ("--out", args.out), ("--render", args.render),
+                                            ("--results", args.results), ("--configs", args.configs))
+                   if given]
+        if ignored:
+            raise RnnlensError(f"--list lists the tables (TABLE and --data-dir choose which and where the data is): "
+                               f"{', '.join(ignored)} would change nothing")
         print(list_text(data_dir, args.tables))
         return 0
     if args.render:

@@ -22,6 +22,7 @@ from ..outfiles import check_output_folder, writing
 from ..config import Config
 
 FILES = ("config.json", "vocab.json", "model.safetensors", "metrics.jsonl")
+LABELLED_TASKS = ("classify", "relation", "tag", "agreement")     # heads sized by their labels
 FORMAT = "rnnlens-checkpoint"
 
 
@@ -94,6 +95,8 @@ def _read_config(path: Path) -> tuple[dict, Config, int]:
         labels = meta["labels"]
         if labels is not None and (not isinstance(labels, list) or not all(isinstance(x, str) for x in labels)):
             raise TypeError("'labels' must be a list of strings or null")
+        if labels is None and meta.get("task") in LABELLED_TASKS:
+            raise TypeError(f"'labels' is null, but a {meta['task']!r} model has its labels there")
         if labels is not None and len(set(labels)) != len(labels):
             raise TypeError(f"'labels' must name each label once, got {labels!r}")
         vocab_size = meta["vocab_size"]
