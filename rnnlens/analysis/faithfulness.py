@@ -367,6 +367,10 @@ def _measure(model, batches: list[Batch], fns: dict[str, Callable], o: _Options)
                     bar.update()
             _tally_ngram_remainder(tally, model, batch, target)
         first_order = _first_order_error(model, batches)
+    except BaseException:
+        if bar is not None:
+            bar.leave = False               # the error, not a half-drawn bar, is the last line seen
+        raise
     finally:
         model.train(was)
         if bar is not None:
