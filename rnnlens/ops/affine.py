@@ -220,15 +220,18 @@ class _StructuredScan(torch.autograd.Function):
         K = W.shape[0] // H
         coef3 = coef.view(B, T, K, H)
 
+        if kept is not None and kept.numel():
+            # the kept products (the C++ forward's): the reverse loop forms every batched gradient
+            # as it goes (G and prev time-major), then dW in one product
+            d_in, delta, dcoef, ddiag, G, prev = torch.ops.rnnlens_affine_scan.structured_backward_grads(
+                dstates.contiguous(), W, coef, diag, _mask_arg(mask, dstates), states, s0, kept,
+                onednn_applies(dstates, W))
+            return d_in, mm_t(G.view(T * B, K * H), prev.view(T * B, H)), dcoef, ddiag, delta, None, None
         if _native(dstates):
             d_in, delta = torch.ops.rnnlens_affine_scan.structured_backward(
                 dstates.contiguous(), W, coef, diag, _mask_arg(mask, dstates), onednn_applies(dstates, W))
         else:
             d_in, delta = graphs.run("structured_backward", _structured_reverse, dstates, W, coef, diag, s0, mask)
-        if kept is not None and kept.numel():
-            # the kept products: every batched gradient in one C++ pass, then dW in one product
-            dcoef, ddiag, G, prev = torch.ops.rnnlens_affine_scan.structured_grads(d_in, states, s0, kept, coef)
-            return d_in, mm_t(G.view(B * T, K * H), prev.view(B * T, H)), dcoef, ddiag, delta, None, None
         prev = torch.cat([s0[:, None], states[:, :-1]], 1)              # s_{t-1}
         ddiag = d_in * prev
         dcoef = torch.empty_like(coef)

@@ -164,15 +164,27 @@ std::vector<at::Tensor> structured_forward(const at::Tensor& g, const at::Tensor
   return {S, U};
 }
 
+// With the step products U kept by the forward, the reverse loop also forms the batched
+// gradients while each position's rows are at hand (no second pass over them): dcoef =
+// U * d_in, ddiag = d_in * prev, and the step's product input coef * d_in written straight
+// into G (time-major [T,B,KH], so that a chunk's rows of one step are contiguous) with prev
+// beside it (time-major [T,B,H]) for dW = G^T prev. Null pointers: the loop alone.
+template <typename T>
+struct Grads {
+  const T *S, *s0, *U;             // states [B,T,H], s0 [B,H], kept products [B,T,KH]
+  T *dcoef, *ddiag, *G, *prev;     // [B,T,KH], [B,T,H], [T,B,KH], [T,B,H]
+};
+
 // The reverse loop: d_in[:, t] = dL/d(new state_t) (zero at pads), delta = dL/ds_0.
 template <typename T>
 void structured_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const at::Tensor& coef, const at::Tensor& diag,
-                         const at::Tensor& mask, at::Tensor& d_in, at::Tensor& delta, bool onednn) {
+                         const at::Tensor& mask, at::Tensor& d_in, at::Tensor& delta, bool onednn,
+                         const Grads<T>* gr = nullptr, const at::Tensor& G = at::Tensor()) {
   const int64_t B = dS.size(0), Tn = dS.size(1), H = dS.size(2), KH = Wt.size(1), K = KH / H;
   // dL/ds_{t-1} = d + pre: d the step's product (tmp W), pre the rest, added where next read
-  at::Tensor tmp = at::empty({B, KH}, dS.options());
+  at::Tensor tmp = gr ? at::Tensor() : at::empty({B, KH}, dS.options());
   at::Tensor pre = at::zeros({B, H}, dS.options());
-  T* tp = tmp.data_ptr<T>();
+  T* tp = gr ? gr->G : tmp.data_ptr<T>();
   T* pp = pre.data_ptr<T>();
   const T* dSp = dS.data_ptr<T>();
   const T* cp = coef.data_ptr<T>();
@@ -180,10 +192,10 @@ void structured_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const at::T
   const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
   T* dinp = d_in.data_ptr<T>();
   over_chunks(B, chunks_of(B, Wt, onednn), [&](int64_t c0, int64_t c1, const at::Tensor& Wc) {
-  const at::Tensor tv = tmp.narrow(0, c0, c1 - c0);
   at::Tensor d = at::zeros({c1 - c0, H}, dS.options());
   for (int64_t t = Tn - 1; t >= 0; --t) {
     const T* dd = d.data_ptr<T>();
+    const int64_t step = gr ? t * B : 0;            // the step's rows of G (its own [B,KH] block)
     rows(c0, c1, KH, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t bt = b * Tn + t;
@@ -191,10 +203,16 @@ void structured_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const at::T
         const T* __restrict__ db = dd + (b - c0) * H;
         T* __restrict__ din = dinp + bt * H;
         T* __restrict__ pr = pp + b * H;
-        T* __restrict__ tb = tp + b * KH;
+        T* __restrict__ tb = tp + (step + b) * KH;
         if (mp && !mp[bt]) {                       // a pad: everything passes straight on
           for (int64_t j = 0; j < H; ++j) { pr[j] += ds[j] + db[j]; din[j] = T(0); }
           std::fill(tb, tb + KH, T(0));
+          if (gr) {
+            const T* sp = t ? gr->S + (bt - 1) * H : gr->s0 + b * H;
+            std::copy(sp, sp + H, gr->prev + (step + b) * H);
+            std::fill(gr->dcoef + bt * KH, gr->dcoef + (bt + 1) * KH, T(0));
+            std::fill(gr->ddiag + bt * H, gr->ddiag + (bt + 1) * H, T(0));
+          }
           continue;
         }
         const T* __restrict__ dt = dp + bt * H;
@@ -205,8 +223,19 @@ void structured_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const at::T
         const T* __restrict__ ct = cp + bt * KH;
         for (int64_t k = 0; k < K; ++k)
           for (int64_t j = 0; j < H; ++j) tb[k * H + j] = ct[k * H + j] * din[j];
+        if (gr) {
+          const T* __restrict__ sp = t ? gr->S + (bt - 1) * H : gr->s0 + b * H;
+          T* __restrict__ pv = gr->prev + (step + b) * H;
+          T* __restrict__ dg = gr->ddiag + bt * H;
+          for (int64_t j = 0; j < H; ++j) { pv[j] = sp[j]; dg[j] = din[j] * sp[j]; }
+          const T* __restrict__ u = gr->U + bt * KH;
+          T* __restrict__ dc = gr->dcoef + bt * KH;
+          for (int64_t k = 0; k < K; ++k)
+            for (int64_t j = 0; j < H; ++j) dc[k * H + j] = u[k * H + j] * din[j];
+        }
       }
     });
+    const at::Tensor tv = gr ? G.select(0, t).narrow(0, c0, c1 - c0) : tmp.narrow(0, c0, c1 - c0);
     d = linear(tv, Wc, onednn);                     // tmp[B,KH] @ W[KH,H]
   }
   at::Tensor out = delta.narrow(0, c0, c1 - c0);
@@ -225,6 +254,28 @@ std::vector<at::Tensor> structured_backward(const at::Tensor& dS, const at::Tens
                                   onednn);
   });
   return {d_in, delta};
+}
+
+// The reverse loop and the batched gradients in one pass (Grads above): {d_in, delta, dcoef,
+// ddiag, G [T,B,KH], prev [T,B,H]}, with U the forward's kept products.
+std::vector<at::Tensor> structured_backward_grads(const at::Tensor& dS, const at::Tensor& W, const at::Tensor& coef,
+                                                  const at::Tensor& diag, const at::Tensor& mask, const at::Tensor& S,
+                                                  const at::Tensor& s0, const at::Tensor& U, bool onednn) {
+  const int64_t B = dS.size(0), Tn = dS.size(1), H = dS.size(2), KH = W.size(0);
+  at::Tensor d_in = at::empty_like(dS, at::MemoryFormat::Contiguous);
+  at::Tensor delta = at::zeros({B, H}, dS.options());
+  at::Tensor Wt = W.t().contiguous();
+  const at::Tensor Sc = S.contiguous(), s0c = s0.contiguous(), Uc = U.contiguous();
+  at::Tensor dcoef = at::empty({B, Tn, KH}, dS.options()), ddiag = at::empty({B, Tn, H}, dS.options());
+  at::Tensor G = at::empty({Tn, B, KH}, dS.options()), prev = at::empty({Tn, B, H}, dS.options());
+  AT_DISPATCH_FLOATING_TYPES(dS.scalar_type(), "structured_backward_grads", [&] {
+    const Grads<scalar_t> gr{Sc.data_ptr<scalar_t>(), s0c.data_ptr<scalar_t>(), Uc.data_ptr<scalar_t>(),
+                             dcoef.data_ptr<scalar_t>(), ddiag.data_ptr<scalar_t>(), G.data_ptr<scalar_t>(),
+                             prev.data_ptr<scalar_t>()};
+    structured_bwd_impl<scalar_t>(dS.contiguous(), Wt, coef.contiguous(), diag.contiguous(), mask, d_in, delta,
+                                  onednn, &gr, G);
+  });
+  return {d_in, delta, dcoef, ddiag, G, prev};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -408,51 +459,13 @@ std::vector<at::Tensor> lstm_backward(const at::Tensor& dS, const at::Tensor& W,
 }
 
 // ---------------------------------------------------------------------------------------------
-// The batched gradients after the reverse loop, one pass over the positions: with prev the
-// state before each step (s0, then states[:, :-1]) and U the kept step products,
-//   structured: dcoef = U * d_in (each of the K blocks), ddiag = d_in * prev,
-//               G = coef * d_in (dW = G^T prev, a product the caller forms)
-//   LSTM:       du = dc + k dh, u = f c_prev + a_i u_i + [a_f u_f +] a_g u_g;
-//               df = du c_prev, da_i = du u_i, [da_f = du u_f,] da_g = du u_g, da_o = dh u_o,
-//               dk = dh u, G = [du a_i, [du a_f,] du a_g, dh a_o] (dW = G^T h_prev)
-// prev (structured) or h_prev (LSTM) is returned contiguous for that product.
-template <typename T>
-void structured_grads_impl(const T* din, const T* S, const T* s0, const T* U, const T* coef, T* dcoef, T* ddiag,
-                           T* G, T* prev, int64_t B, int64_t Tn, int64_t H, int64_t K) {
-  at::parallel_for(0, B * Tn, 16, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t b = p / Tn, t = p % Tn;
-      const T* __restrict__ sp = t ? S + (p - 1) * H : s0 + b * H;
-      const T* __restrict__ d = din + p * H;
-      T* __restrict__ pv = prev + p * H;
-      T* __restrict__ dd = ddiag + p * H;
-      for (int64_t j = 0; j < H; ++j) { pv[j] = sp[j]; dd[j] = d[j] * sp[j]; }
-      for (int64_t k = 0; k < K; ++k) {
-        const T* __restrict__ u = U + (p * K + k) * H;
-        const T* __restrict__ c = coef + (p * K + k) * H;
-        T* __restrict__ dc = dcoef + (p * K + k) * H;
-        T* __restrict__ g = G + (p * K + k) * H;
-        for (int64_t j = 0; j < H; ++j) { dc[j] = u[j] * d[j]; g[j] = c[j] * d[j]; }
-      }
-    }
-  });
-}
-
-std::vector<at::Tensor> structured_grads(const at::Tensor& d_in, const at::Tensor& S, const at::Tensor& s0,
-                                         const at::Tensor& U, const at::Tensor& coef) {
-  const int64_t B = S.size(0), Tn = S.size(1), H = S.size(2), K = U.size(2) / H;
-  at::Tensor dcoef = at::empty_like(U), ddiag = at::empty_like(S), G = at::empty_like(U), prev = at::empty_like(S);
-  const at::Tensor din = d_in.contiguous(), Sc = S.contiguous(), s0c = s0.contiguous(), Uc = U.contiguous(),
-                   cc = coef.contiguous();
-  AT_DISPATCH_FLOATING_TYPES(S.scalar_type(), "structured_grads", [&] {
-    structured_grads_impl<scalar_t>(din.data_ptr<scalar_t>(), Sc.data_ptr<scalar_t>(), s0c.data_ptr<scalar_t>(),
-                                    Uc.data_ptr<scalar_t>(), cc.data_ptr<scalar_t>(), dcoef.data_ptr<scalar_t>(),
-                                    ddiag.data_ptr<scalar_t>(), G.data_ptr<scalar_t>(), prev.data_ptr<scalar_t>(), B,
-                                    Tn, H, K);
-  });
-  return {dcoef, ddiag, G, prev};
-}
-
+// The LSTM block's batched gradients after the reverse loop, one pass over the positions
+// (the structured ones are formed inside its reverse loop: structured_backward_grads): with
+// the state before each step (s0, then states[:, :-1]) and U the kept step products,
+//   du = dc + k dh, u = f c_prev + a_i u_i + [a_f u_f +] a_g u_g;
+//   df = du c_prev, da_i = du u_i, [da_f = du u_f,] da_g = du u_g, da_o = dh u_o,
+//   dk = dh u, G = [du a_i, [du a_f,] du a_g, dh a_o] (dW = G^T h_prev)
+// h_prev is returned contiguous for that product.
 template <typename T>
 void lstm_grads_impl(const T* din, const T* S, const T* s0, const T* U, const Gates<T>& Gt, T* const* outs, T* G,
                      T* hprev, int64_t B, int64_t Tn, int64_t H, int64_t K) {
@@ -536,7 +549,8 @@ TORCH_LIBRARY(rnnlens_affine_scan, m) {
         "Tensor s0, Tensor mask, bool keep_u, bool onednn) -> Tensor[]");
   m.def("lstm_backward(Tensor dS, Tensor W, Tensor f, Tensor a_i, Tensor a_g, Tensor a_o, Tensor k, Tensor a_f, "
         "Tensor mask, bool onednn) -> Tensor[]");
-  m.def("structured_grads(Tensor d_in, Tensor S, Tensor s0, Tensor U, Tensor coef) -> Tensor[]");
+  m.def("structured_backward_grads(Tensor dS, Tensor W, Tensor coef, Tensor diag, Tensor mask, Tensor S, "
+        "Tensor s0, Tensor U, bool onednn) -> Tensor[]");
   m.def("lstm_grads(Tensor d_in, Tensor S, Tensor s0, Tensor U, Tensor f, Tensor a_i, Tensor a_g, Tensor a_o, "
         "Tensor k, Tensor a_f) -> Tensor[]");
 }
@@ -546,6 +560,6 @@ TORCH_LIBRARY_IMPL(rnnlens_affine_scan, CPU, m) {
   m.impl("structured_backward", &structured_backward);
   m.impl("lstm_forward", &lstm_forward);
   m.impl("lstm_backward", &lstm_backward);
-  m.impl("structured_grads", &structured_grads);
+  m.impl("structured_backward_grads", &structured_backward_grads);
   m.impl("lstm_grads", &lstm_grads);
 }
