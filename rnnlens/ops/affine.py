@@ -361,18 +361,20 @@ class _LSTMBlockScan(torch.autograd.Function):
         H = S // 2
         K = W.shape[0] // H
 
+        if kept is not None and kept.numel():
+            # the kept products (the C++ forward's): the reverse loop forms every batched gradient
+            # as it goes (G and h_prev time-major), then dW in one product
+            d_in, delta, df, dai, dag, dao, dk, daf, G, h_prev = torch.ops.rnnlens_affine_scan.lstm_backward_grads(
+                dstates.contiguous(), W, f, a_i, a_g, a_o, k, _none(f) if a_f is None else a_f,
+                _mask_arg(mask, dstates), states, s0, kept, onednn_applies(dstates, W))
+            dW = mm_t(G.view(T * B, K * H), h_prev.view(T * B, H))
+            return d_in, dW, df, dai, dag, dao, dk, (daf if a_f is not None else None), delta, None, None
         if _native(dstates):
             d_in, delta = torch.ops.rnnlens_affine_scan.lstm_backward(
                 dstates.contiguous(), W, f, a_i, a_g, a_o, k, _none(f) if a_f is None else a_f,
                 _mask_arg(mask, dstates), onednn_applies(dstates, W))
         else:
             d_in, delta = graphs.run("lstm_backward", _lstm_reverse, dstates, W, f, a_i, a_g, a_o, k, a_f, s0, mask)
-        if kept is not None and kept.numel():
-            # the kept products: every batched gradient in one C++ pass, then dW in one product
-            df, dai, dag, dao, dk, daf, G, h_prev = torch.ops.rnnlens_affine_scan.lstm_grads(
-                d_in, states, s0, kept, f, a_i, a_g, a_o, k, _none(f) if a_f is None else a_f)
-            dW = mm_t(G.view(B * T, K * H), h_prev.view(B * T, H))
-            return d_in, dW, df, dai, dag, dao, dk, (daf if a_f is not None else None), delta, None, None
         outs = {name: torch.empty_like(f) for name in ("f", "a_i", "a_g", "a_o", "k")}
         if a_f is not None:
             outs["a_f"] = torch.empty_like(f)

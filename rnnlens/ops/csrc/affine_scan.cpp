@@ -369,15 +369,30 @@ std::vector<at::Tensor> lstm_forward(const at::Tensor& g, const at::Tensor& W, c
   return {S, U};
 }
 
+// The LSTM block's batched gradients formed inside its reverse loop (as Grads for the
+// structured one): with the state before the step (c_prev, h_prev) and U the kept products,
+//   du = dc + k dh, u = f c_prev + a_i u_i + [a_f u_f +] a_g u_g;
+//   df = du c_prev, da_i = du u_i, [da_f = du u_f,] da_g = du u_g, da_o = dh u_o,
+//   dk = dh u, G = [du a_i, [du a_f,] du a_g, dh a_o] (the step's product input; dW = G^T h_prev)
+// out: df, da_i, da_g, da_o, dk, da_f (null without a_f), each [B,T,H]; G [T,B,KH] and
+// hprev [T,B,H] time-major.
+template <typename T>
+struct LSTMGrads {
+  const T *S, *s0, *U;             // states [B,T,2H], s0 [B,2H], kept products [B,T,KH]
+  T* out[6];
+  T *G, *hprev;
+};
+
 template <typename T>
 void lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const std::vector<at::Tensor>& gs,
-                   const at::Tensor& mask, at::Tensor& d_in, at::Tensor& delta, bool onednn) {
+                   const at::Tensor& mask, at::Tensor& d_in, at::Tensor& delta, bool onednn,
+                   const LSTMGrads<T>* gr = nullptr, const at::Tensor& Gt = at::Tensor()) {
   const int64_t B = dS.size(0), Tn = dS.size(1), H = dS.size(2) / 2, KH = Wt.size(1), K = KH / H;
-  at::Tensor tmp = at::empty({B, KH}, dS.options());
+  at::Tensor tmp = gr ? at::Tensor() : at::empty({B, KH}, dS.options());
   // dL/d(c, h)_{t-1}: the c half in delta, the h half = d + pre_h (d the step's product tmp W),
   // added where it is next read
   at::Tensor pre_h = at::zeros({B, H}, dS.options());
-  T* tp = tmp.data_ptr<T>();
+  T* tp = gr ? gr->G : tmp.data_ptr<T>();
   T* php = pre_h.data_ptr<T>();
   T* delp = delta.data_ptr<T>();
   const Gates<T> G = gate_ptrs<T>(gs);
@@ -386,10 +401,10 @@ void lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const std::vector
   T* dinp = d_in.data_ptr<T>();
   const int64_t oi = 0, of = H, og = (K - 2) * H, oo = (K - 1) * H;
   over_chunks(B, chunks_of(B, Wt, onednn), [&](int64_t c0, int64_t c1, const at::Tensor& Wc) {
-  const at::Tensor tv = tmp.narrow(0, c0, c1 - c0);
   at::Tensor d = at::zeros({c1 - c0, H}, dS.options());
   for (int64_t t = Tn - 1; t >= 0; --t) {
     const T* dd = d.data_ptr<T>();
+    const int64_t step = gr ? t * B : 0;            // the step's rows of G (its own [B,KH] block)
     rows(c0, c1, KH, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t bt = b * Tn + t;
@@ -398,7 +413,9 @@ void lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const std::vector
         const T* __restrict__ db = dd + (b - c0) * H;
         T* __restrict__ din = dinp + bt * 2 * H;
         T* __restrict__ ph = php + b * H;
-        T* __restrict__ tb = tp + b * KH;
+        T* __restrict__ tb = tp + (step + b) * KH;
+        const int64_t o = bt * H;
+        const T* sp = gr ? (t ? gr->S + (bt - 1) * 2 * H : gr->s0 + b * 2 * H) : nullptr;   // (c, h)_{t-1}
         if (mp && !mp[bt]) {
           for (int64_t j = 0; j < H; ++j) {
             del[j] += ds[j];
@@ -406,9 +423,13 @@ void lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const std::vector
           }
           std::fill(din, din + 2 * H, T(0));
           std::fill(tb, tb + KH, T(0));
+          if (gr) {
+            std::copy(sp + H, sp + 2 * H, gr->hprev + (step + b) * H);
+            for (int q = 0; q < 6; ++q)
+              if (gr->out[q]) std::fill(gr->out[q] + o, gr->out[q] + o + H, T(0));
+          }
           continue;
         }
-        const int64_t o = bt * H;
         const T* __restrict__ kk = G.k + o;
         const T* __restrict__ ai = G.ai + o;
         const T* __restrict__ ag = G.ag + o;
@@ -434,8 +455,37 @@ void lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const std::vector
           T* __restrict__ tf = tb + of;
           for (int64_t j = 0; j < H; ++j) tf[j] = (din[j] + kk[j] * din[H + j]) * af[j];
         }
+        if (gr) {
+          const T* __restrict__ cp = sp;
+          const T* __restrict__ hp = sp + H;
+          const T* __restrict__ u = gr->U + bt * KH;
+          T *__restrict__ df = gr->out[0] + o, *__restrict__ dai = gr->out[1] + o, *__restrict__ dag = gr->out[2] + o,
+                         *__restrict__ dao = gr->out[3] + o, *__restrict__ dk = gr->out[4] + o;
+          T* __restrict__ hv = gr->hprev + (step + b) * H;
+#pragma GCC ivdep
+          for (int64_t j = 0; j < H; ++j) {
+            const T dh = din[H + j], du = din[j] + kk[j] * dh;
+            hv[j] = hp[j];
+            df[j] = du * cp[j];
+            dai[j] = du * u[oi + j];
+            dag[j] = du * u[og + j];
+            dao[j] = dh * u[oo + j];
+            dk[j] = dh * (ff[j] * cp[j] + ai[j] * u[oi + j] + ag[j] * u[og + j]);
+          }
+          if (G.af) {
+            const T* __restrict__ af = G.af + o;
+            T* __restrict__ daf = gr->out[5] + o;
+#pragma GCC ivdep
+            for (int64_t j = 0; j < H; ++j) {
+              const T du = din[j] + kk[j] * din[H + j];
+              dk[j] += din[H + j] * af[j] * u[of + j];
+              daf[j] = du * u[of + j];
+            }
+          }
+        }
       }
     });
+    const at::Tensor tv = gr ? Gt.select(0, t).narrow(0, c0, c1 - c0) : tmp.narrow(0, c0, c1 - c0);
     d = linear(tv, Wc, onednn);                     // [B,KH] @ W[KH,H]
   }
   delta.narrow(0, c0, c1 - c0).narrow(1, H, H).copy_(d).add_(pre_h.narrow(0, c0, c1 - c0));
@@ -458,81 +508,29 @@ std::vector<at::Tensor> lstm_backward(const at::Tensor& dS, const at::Tensor& W,
   return {d_in, delta};
 }
 
-// ---------------------------------------------------------------------------------------------
-// The LSTM block's batched gradients after the reverse loop, one pass over the positions
-// (the structured ones are formed inside its reverse loop: structured_backward_grads): with
-// the state before each step (s0, then states[:, :-1]) and U the kept step products,
-//   du = dc + k dh, u = f c_prev + a_i u_i + [a_f u_f +] a_g u_g;
-//   df = du c_prev, da_i = du u_i, [da_f = du u_f,] da_g = du u_g, da_o = dh u_o,
-//   dk = dh u, G = [du a_i, [du a_f,] du a_g, dh a_o] (dW = G^T h_prev)
-// h_prev is returned contiguous for that product.
-template <typename T>
-void lstm_grads_impl(const T* din, const T* S, const T* s0, const T* U, const Gates<T>& Gt, T* const* outs, T* G,
-                     T* hprev, int64_t B, int64_t Tn, int64_t H, int64_t K) {
-  const int64_t KH = K * H, oi = 0, of = H, og = (K - 2) * H, oo = (K - 1) * H;
-  at::parallel_for(0, B * Tn, 16, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t b = p / Tn, t = p % Tn, o = p * H;
-      const T* __restrict__ sp = t ? S + (p - 1) * 2 * H : s0 + b * 2 * H;
-      const T* __restrict__ cp = sp;
-      const T* __restrict__ hp = sp + H;
-      const T* __restrict__ dc = din + p * 2 * H;
-      const T* __restrict__ dh = dc + H;
-      const T* __restrict__ u = U + p * KH;
-      const T *__restrict__ f = Gt.f + o, *__restrict__ ai = Gt.ai + o, *__restrict__ ag = Gt.ag + o,
-                            *__restrict__ ao = Gt.ao + o, *__restrict__ kk = Gt.k + o;
-      T *__restrict__ df = outs[0] + o, *__restrict__ dai = outs[1] + o, *__restrict__ dag = outs[2] + o,
-                     *__restrict__ dao = outs[3] + o, *__restrict__ dk = outs[4] + o;
-      T* __restrict__ g = G + p * KH;
-      T* __restrict__ hv = hprev + o;
-      // ivdep: these rows never overlap, but GCC does not take restrict on block-scope pointers,
-      // and without it the loop versions itself for aliasing past its limit and stays scalar
-#pragma GCC ivdep
-      for (int64_t j = 0; j < H; ++j) {
-        const T du = dc[j] + kk[j] * dh[j];
-        hv[j] = hp[j];
-        df[j] = du * cp[j];
-        dai[j] = du * u[oi + j];
-        dag[j] = du * u[og + j];
-        dao[j] = dh[j] * u[oo + j];
-        dk[j] = dh[j] * (f[j] * cp[j] + ai[j] * u[oi + j] + ag[j] * u[og + j]);
-        g[oi + j] = du * ai[j];
-        g[og + j] = du * ag[j];
-        g[oo + j] = dh[j] * ao[j];
-      }
-      if (Gt.af) {
-        const T* __restrict__ af = Gt.af + o;
-        T* __restrict__ daf = outs[5] + o;
-#pragma GCC ivdep
-        for (int64_t j = 0; j < H; ++j) {
-          const T du = dc[j] + kk[j] * dh[j];
-          dk[j] += dh[j] * af[j] * u[of + j];
-          daf[j] = du * u[of + j];
-          g[of + j] = du * af[j];
-        }
-      }
-    }
-  });
-}
-
-std::vector<at::Tensor> lstm_grads(const at::Tensor& d_in, const at::Tensor& S, const at::Tensor& s0,
-                                   const at::Tensor& U, const at::Tensor& f, const at::Tensor& a_i,
-                                   const at::Tensor& a_g, const at::Tensor& a_o, const at::Tensor& k,
-                                   const at::Tensor& a_f) {
-  const int64_t B = S.size(0), Tn = S.size(1), H = S.size(2) / 2, K = U.size(2) / H;
+// The reverse loop and the batched gradients in one pass (LSTMGrads above): {d_in, delta, df,
+// da_i, da_g, da_o, dk, da_f (empty without a_f), G [T,B,KH], h_prev [T,B,H]}.
+std::vector<at::Tensor> lstm_backward_grads(const at::Tensor& dS, const at::Tensor& W, const at::Tensor& f,
+                                            const at::Tensor& a_i, const at::Tensor& a_g, const at::Tensor& a_o,
+                                            const at::Tensor& k, const at::Tensor& a_f, const at::Tensor& mask,
+                                            const at::Tensor& S, const at::Tensor& s0, const at::Tensor& U,
+                                            bool onednn) {
+  const int64_t B = dS.size(0), Tn = dS.size(1), S2 = dS.size(2), H = S2 / 2, KH = W.size(0);
+  at::Tensor d_in = at::empty_like(dS, at::MemoryFormat::Contiguous);
+  at::Tensor delta = at::zeros({B, S2}, dS.options());
+  at::Tensor Wt = W.t().contiguous();
   std::vector<at::Tensor> gs = {f.contiguous(), a_i.contiguous(), a_g.contiguous(), a_o.contiguous(),
                                 k.contiguous(), a_f.contiguous()};
-  std::vector<at::Tensor> outs;
-  for (int q = 0; q < 5; ++q) outs.push_back(at::empty({B, Tn, H}, S.options()));
-  outs.push_back(a_f.numel() ? at::empty({B, Tn, H}, S.options()) : at::empty({0}, S.options()));
-  at::Tensor G = at::empty_like(U), hprev = at::empty({B, Tn, H}, S.options());
-  const at::Tensor din = d_in.contiguous(), Sc = S.contiguous(), s0c = s0.contiguous(), Uc = U.contiguous();
-  AT_DISPATCH_FLOATING_TYPES(S.scalar_type(), "lstm_grads", [&] {
-    std::vector<scalar_t*> ptrs;
-    for (auto& t : outs) ptrs.push_back(t.numel() ? t.data_ptr<scalar_t>() : nullptr);
-    lstm_grads_impl<scalar_t>(din.data_ptr<scalar_t>(), Sc.data_ptr<scalar_t>(), s0c.data_ptr<scalar_t>(),
-                              Uc.data_ptr<scalar_t>(), gate_ptrs<scalar_t>(gs), ptrs.data(), G.data_ptr<scalar_t>(),
-                              hprev.data_ptr<scalar_t>(), B, Tn, H, K);
+  const at::Tensor Sc = S.contiguous(), s0c = s0.contiguous(), Uc = U.contiguous();
+  std::vector<at::Tensor> outs = {d_in, delta};
+  for (int q = 0; q < 5; ++q) outs.push_back(at::empty({B, Tn, H}, dS.options()));
+  outs.push_back(a_f.numel() ? at::empty({B, Tn, H}, dS.options()) : at::empty({0}, dS.options()));
+  at::Tensor G = at::empty({Tn, B, KH}, dS.options()), hprev = at::empty({Tn, B, H}, dS.options());
+  AT_DISPATCH_FLOATING_TYPES(dS.scalar_type(), "lstm_backward_grads", [&] {
+    LSTMGrads<scalar_t> gr{Sc.data_ptr<scalar_t>(), s0c.data_ptr<scalar_t>(), Uc.data_ptr<scalar_t>(), {},
+                           G.data_ptr<scalar_t>(), hprev.data_ptr<scalar_t>()};
+    for (int q = 0; q < 6; ++q) gr.out[q] = outs[2 + q].numel() ? outs[2 + q].data_ptr<scalar_t>() : nullptr;
+    lstm_bwd_impl<scalar_t>(dS.contiguous(), Wt, gs, mask, d_in, delta, onednn, &gr, G);
   });
   outs.push_back(G);
   outs.push_back(hprev);
@@ -551,8 +549,8 @@ TORCH_LIBRARY(rnnlens_affine_scan, m) {
         "Tensor mask, bool onednn) -> Tensor[]");
   m.def("structured_backward_grads(Tensor dS, Tensor W, Tensor coef, Tensor diag, Tensor mask, Tensor S, "
         "Tensor s0, Tensor U, bool onednn) -> Tensor[]");
-  m.def("lstm_grads(Tensor d_in, Tensor S, Tensor s0, Tensor U, Tensor f, Tensor a_i, Tensor a_g, Tensor a_o, "
-        "Tensor k, Tensor a_f) -> Tensor[]");
+  m.def("lstm_backward_grads(Tensor dS, Tensor W, Tensor f, Tensor a_i, Tensor a_g, Tensor a_o, Tensor k, "
+        "Tensor a_f, Tensor mask, Tensor S, Tensor s0, Tensor U, bool onednn) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(rnnlens_affine_scan, CPU, m) {
@@ -561,5 +559,5 @@ TORCH_LIBRARY_IMPL(rnnlens_affine_scan, CPU, m) {
   m.impl("lstm_forward", &lstm_forward);
   m.impl("lstm_backward", &lstm_backward);
   m.impl("structured_backward_grads", &structured_backward_grads);
-  m.impl("lstm_grads", &lstm_grads);
+  m.impl("lstm_backward_grads", &lstm_backward_grads);
 }
