@@ -1,7 +1,8 @@
 // The matrix-affine recurrences' loops over time (rnnlens/ops/affine.py) in C++ on the CPU:
 // every step's product through oneDNN (the same call as rnnlens.ops.linear.mm) into a reused
-// buffer, and the step's elementwise work in one fused pass, forward and backward. The
-// batched gradients of W and of the coefficients stay in Python (a few large products).
+// buffer, and the step's elementwise work in one fused pass, forward and backward. With the
+// forward's step products kept, the reverse loop also forms the coefficients' gradients and
+// the input of W's gradient as it goes; dW itself is one large product, in Python.
 // rnnlens/ops/affine.py holds the contract and the PyTorch loops these replace, which the
 // tests compare with this path.
 //
