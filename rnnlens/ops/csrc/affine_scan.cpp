@@ -169,23 +169,24 @@ std::vector<at::Tensor> structured_forward(const at::Tensor& g, const at::Tensor
 // gradients while each position's rows are at hand (no second pass over them): dcoef =
 // U * d_in, ddiag = d_in * prev, and the step's product input coef * d_in written straight
 // into G (time-major [T,B,KH], so that a chunk's rows of one step are contiguous) with prev
-// beside it (time-major [T,B,H]) for dW = G^T prev. Null pointers: the loop alone.
+// beside it (time-major [T,B,H]) for dW = G^T prev. Without it (null), the loop alone.
 template <typename T>
 struct Grads {
   const T *S, *s0, *U;             // states [B,T,H], s0 [B,H], kept products [B,T,KH]
-  T *dcoef, *ddiag, *G, *prev;     // [B,T,KH], [B,T,H], [T,B,KH], [T,B,H]
+  T *dcoef, *ddiag, *prev;         // [B,T,KH], [B,T,H], [T,B,H]
+  at::Tensor G;                    // [T,B,KH]: the steps' product inputs, in place of one [B,KH] buffer
 };
 
 // The reverse loop: d_in[:, t] = dL/d(new state_t) (zero at pads), delta = dL/ds_0.
 template <typename T>
 void structured_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const at::Tensor& coef, const at::Tensor& diag,
                          const at::Tensor& mask, at::Tensor& d_in, at::Tensor& delta, bool onednn,
-                         const Grads<T>* gr = nullptr, const at::Tensor& G = at::Tensor()) {
+                         const Grads<T>* gr = nullptr) {
   const int64_t B = dS.size(0), Tn = dS.size(1), H = dS.size(2), KH = Wt.size(1), K = KH / H;
   // dL/ds_{t-1} = d + pre: d the step's product (tmp W), pre the rest, added where next read
-  at::Tensor tmp = gr ? at::Tensor() : at::empty({B, KH}, dS.options());
+  const at::Tensor tmp = gr ? gr->G : at::empty({B, KH}, dS.options());
   at::Tensor pre = at::zeros({B, H}, dS.options());
-  T* tp = gr ? gr->G : tmp.data_ptr<T>();
+  T* tp = tmp.data_ptr<T>();
   T* pp = pre.data_ptr<T>();
   const T* dSp = dS.data_ptr<T>();
   const T* cp = coef.data_ptr<T>();
@@ -205,11 +206,11 @@ void structured_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const at::T
         T* __restrict__ din = dinp + bt * H;
         T* __restrict__ pr = pp + b * H;
         T* __restrict__ tb = tp + (step + b) * KH;
+        const T* sp = gr ? (t ? gr->S + (bt - 1) * H : gr->s0 + b * H) : nullptr;     // s_{t-1}
         if (mp && !mp[bt]) {                       // a pad: everything passes straight on
           for (int64_t j = 0; j < H; ++j) { pr[j] += ds[j] + db[j]; din[j] = T(0); }
           std::fill(tb, tb + KH, T(0));
           if (gr) {
-            const T* sp = t ? gr->S + (bt - 1) * H : gr->s0 + b * H;
             std::copy(sp, sp + H, gr->prev + (step + b) * H);
             std::fill(gr->dcoef + bt * KH, gr->dcoef + (bt + 1) * KH, T(0));
             std::fill(gr->ddiag + bt * H, gr->ddiag + (bt + 1) * H, T(0));
@@ -225,7 +226,6 @@ void structured_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const at::T
         for (int64_t k = 0; k < K; ++k)
           for (int64_t j = 0; j < H; ++j) tb[k * H + j] = ct[k * H + j] * din[j];
         if (gr) {
-          const T* __restrict__ sp = t ? gr->S + (bt - 1) * H : gr->s0 + b * H;
           T* __restrict__ pv = gr->prev + (step + b) * H;
           T* __restrict__ dg = gr->ddiag + bt * H;
           for (int64_t j = 0; j < H; ++j) { pv[j] = sp[j]; dg[j] = din[j] * sp[j]; }
@@ -236,7 +236,7 @@ void structured_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const at::T
         }
       }
     });
-    const at::Tensor tv = gr ? G.select(0, t).narrow(0, c0, c1 - c0) : tmp.narrow(0, c0, c1 - c0);
+    const at::Tensor tv = (gr ? tmp.select(0, t) : tmp).narrow(0, c0, c1 - c0);
     d = linear(tv, Wc, onednn);                     // tmp[B,KH] @ W[KH,H]
   }
   at::Tensor out = delta.narrow(0, c0, c1 - c0);
@@ -271,10 +271,9 @@ std::vector<at::Tensor> structured_backward_grads(const at::Tensor& dS, const at
   at::Tensor G = at::empty({Tn, B, KH}, dS.options()), prev = at::empty({Tn, B, H}, dS.options());
   AT_DISPATCH_FLOATING_TYPES(dS.scalar_type(), "structured_backward_grads", [&] {
     const Grads<scalar_t> gr{Sc.data_ptr<scalar_t>(), s0c.data_ptr<scalar_t>(), Uc.data_ptr<scalar_t>(),
-                             dcoef.data_ptr<scalar_t>(), ddiag.data_ptr<scalar_t>(), G.data_ptr<scalar_t>(),
-                             prev.data_ptr<scalar_t>()};
+                             dcoef.data_ptr<scalar_t>(), ddiag.data_ptr<scalar_t>(), prev.data_ptr<scalar_t>(), G};
     structured_bwd_impl<scalar_t>(dS.contiguous(), Wt, coef.contiguous(), diag.contiguous(), mask, d_in, delta,
-                                  onednn, &gr, G);
+                                  onednn, &gr);
   });
   return {d_in, delta, dcoef, ddiag, G, prev};
 }
@@ -381,19 +380,20 @@ template <typename T>
 struct LSTMGrads {
   const T *S, *s0, *U;             // states [B,T,2H], s0 [B,2H], kept products [B,T,KH]
   T* out[6];
-  T *G, *hprev;
+  T* hprev;
+  at::Tensor G;                    // [T,B,KH]: the steps' product inputs, in place of one [B,KH] buffer
 };
 
 template <typename T>
 void lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const std::vector<at::Tensor>& gs,
                    const at::Tensor& mask, at::Tensor& d_in, at::Tensor& delta, bool onednn,
-                   const LSTMGrads<T>* gr = nullptr, const at::Tensor& Gt = at::Tensor()) {
+                   const LSTMGrads<T>* gr = nullptr) {
   const int64_t B = dS.size(0), Tn = dS.size(1), H = dS.size(2) / 2, KH = Wt.size(1), K = KH / H;
-  at::Tensor tmp = gr ? at::Tensor() : at::empty({B, KH}, dS.options());
+  const at::Tensor tmp = gr ? gr->G : at::empty({B, KH}, dS.options());
   // dL/d(c, h)_{t-1}: the c half in delta, the h half = d + pre_h (d the step's product tmp W),
   // added where it is next read
   at::Tensor pre_h = at::zeros({B, H}, dS.options());
-  T* tp = gr ? gr->G : tmp.data_ptr<T>();
+  T* tp = tmp.data_ptr<T>();
   T* php = pre_h.data_ptr<T>();
   T* delp = delta.data_ptr<T>();
   const Gates<T> G = gate_ptrs<T>(gs);
@@ -486,7 +486,7 @@ void lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& Wt, const std::vector
         }
       }
     });
-    const at::Tensor tv = gr ? Gt.select(0, t).narrow(0, c0, c1 - c0) : tmp.narrow(0, c0, c1 - c0);
+    const at::Tensor tv = (gr ? tmp.select(0, t) : tmp).narrow(0, c0, c1 - c0);
     d = linear(tv, Wc, onednn);                     // [B,KH] @ W[KH,H]
   }
   delta.narrow(0, c0, c1 - c0).narrow(1, H, H).copy_(d).add_(pre_h.narrow(0, c0, c1 - c0));
@@ -529,9 +529,9 @@ std::vector<at::Tensor> lstm_backward_grads(const at::Tensor& dS, const at::Tens
   at::Tensor G = at::empty({Tn, B, KH}, dS.options()), hprev = at::empty({Tn, B, H}, dS.options());
   AT_DISPATCH_FLOATING_TYPES(dS.scalar_type(), "lstm_backward_grads", [&] {
     LSTMGrads<scalar_t> gr{Sc.data_ptr<scalar_t>(), s0c.data_ptr<scalar_t>(), Uc.data_ptr<scalar_t>(), {},
-                           G.data_ptr<scalar_t>(), hprev.data_ptr<scalar_t>()};
+                           hprev.data_ptr<scalar_t>(), G};
     for (int q = 0; q < 6; ++q) gr.out[q] = outs[2 + q].numel() ? outs[2 + q].data_ptr<scalar_t>() : nullptr;
-    lstm_bwd_impl<scalar_t>(dS.contiguous(), Wt, gs, mask, d_in, delta, onednn, &gr, G);
+    lstm_bwd_impl<scalar_t>(dS.contiguous(), Wt, gs, mask, d_in, delta, onednn, &gr);
   });
   outs.push_back(G);
   outs.push_back(hprev);
