@@ -164,9 +164,14 @@ def test_repro_list_refuses_flags_it_does_not_read(capsys, flag):
     ["train", "--epochs", "1", "--out", "/proc/rnnlens-out"],
     ["report", "--model", "{model}", "--out", "/proc/rnnlens-out"],
     ["negation", "--model", "{model}", "--out", "/proc/rnnlens-out"],
+    ["unitary", "--model", "{model}", "--out", "/proc/rnnlens-out"],
+    ["demo", "--out", "/proc/rnnlens-out"],
+    ["explain", "--model", "{model}", "--lines", "{lines}", "--out", "/proc/rnnlens-out"],
 ])
-def test_a_folder_where_no_file_can_be_made_is_refused_first(capsys, model, argv):
-    argv = [a.replace("{model}", str(model)) for a in argv]
+def test_a_folder_where_no_file_can_be_made_is_refused_first(capsys, model, tmp_path, argv):
+    lines = tmp_path / "lines.txt"
+    lines.write_text("the film was good\n", encoding="utf-8")
+    argv = [a.replace("{model}", str(model)).replace("{lines}", str(lines)) for a in argv]
     code, _, err = run(capsys, *argv)
     assert_clean_error(code, err, "/proc")
     assert "does not exist" not in err
