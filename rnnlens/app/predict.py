@@ -238,33 +238,52 @@ def file_examples(run: Run, path: str | Path) -> list[Example]:
                        f"this model's task is {task!r}: evaluate it on its own splits (--split)")
 
 
+class Confusion:
+    """A classifier's confusion matrix (rows: gold, columns: predicted), counted a batch at a
+    time from the model's outputs (`add`), so that it can ride along any pass over the data
+    (the evaluation's own: `Trainer.evaluate(batches, each=confusion.add)`)."""
+
+    def __init__(self, run: Run):
+        self.labels = run.labels
+        self.head = run.model.head
+        k = len(self.labels)
+        self.counts = [[0] * k for _ in range(k)]
+
+    def add(self, output: torch.Tensor, batch) -> None:
+        for g, p in zip(batch.targets.tolist(), self.head.predict(output).tolist()):
+            self.counts[int(g)][int(p)] += 1
+
+    def report(self) -> dict:
+        """Per-class precision, recall, F1 and support, macro averages and the matrix."""
+        labels, conf = self.labels, self.counts
+        k = len(labels)
+        per = {}
+        for i, lab in enumerate(labels):
+            tp = conf[i][i]
+            pred_n = sum(conf[r][i] for r in range(k))
+            gold_n = sum(conf[i])
+            prec = tp / pred_n if pred_n else 0.0
+            rec = tp / gold_n if gold_n else 0.0
+            f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+            per[lab] = {"precision": prec, "recall": rec, "f1": f1, "support": gold_n}
+        macro = {m: sum(v[m] for v in per.values()) / k for m in ("precision", "recall", "f1")}
+        return {"labels": labels, "per_class": per, "macro": macro, "confusion": conf}
+
+
 @torch.no_grad()
 def classification_report(run: Run, examples: list[Example], batch_size: int = 64) -> dict:
     """Per-class precision, recall, F1 and support, macro averages and the confusion matrix
-    (rows: gold, columns: predicted), for a classifier on labelled examples."""
-    labels = run.labels
-    k = len(labels)
-    conf = [[0] * k for _ in range(k)]
+    (rows: gold, columns: predicted), for a classifier on labelled examples: one pass in eval
+    mode with no gradients, in batches of similar length."""
+    from ..data.batching import bucket_batches
+
+    conf = Confusion(run)
     model = run.model.eval()
-    head = model.head
     device = next(model.parameters()).device
-    for s in range(0, len(examples), batch_size):
-        part = examples[s: s + batch_size]
-        batch = collate(part, run.vocab).to(device)
-        pred = head.predict(model(batch)).tolist()
-        for ex, p in zip(part, pred):
-            conf[int(ex.label)][int(p)] += 1
-    per = {}
-    for i, lab in enumerate(labels):
-        tp = conf[i][i]
-        pred_n = sum(conf[r][i] for r in range(k))
-        gold_n = sum(conf[i])
-        prec = tp / pred_n if pred_n else 0.0
-        rec = tp / gold_n if gold_n else 0.0
-        f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
-        per[lab] = {"precision": prec, "recall": rec, "f1": f1, "support": gold_n}
-    macro = {m: sum(v[m] for v in per.values()) / k for m in ("precision", "recall", "f1")}
-    return {"labels": labels, "per_class": per, "macro": macro, "confusion": conf}
+    for ids in bucket_batches([len(ex.tokens) for ex in examples], batch_size, shuffle=False):
+        batch = collate([examples[i] for i in ids], run.vocab).to(device)
+        conf.add(model(batch), batch)
+    return conf.report()
 
 
 def report_text(rep: dict) -> str:

@@ -26,26 +26,24 @@ def cmd_eval(args) -> int:
     check_device(args.device)
     run = _load_run(args, device=args.device)
     run.config.train.device = args.device
+    if png is not None and run.task != "classify":
+        raise RnnlensError(f"--png draws a classifier's confusion matrix; this model's task is {run.task!r}")
     if args.test_file:
         from ..app.predict import file_examples
 
-        examples = file_examples(run, args.test_file)
         what = str(args.test_file)
-        data = batches(run.data_config(), run.task, examples, run.vocab, train=False)
+        data = batches(run.data_config(), run.task, file_examples(run, args.test_file), run.vocab, train=False)
     else:
-        what, examples, data = args.split, None, run.batches(args.split)
-        if png is not None or run.task == "classify":
-            examples = run.split(args.split)
-    scores = Trainer(run.model, run.config.train, progress=False).evaluate(data)
-    report = None
-    if run.task == "classify" and examples is not None:
-        from ..app.predict import classification_report
+        what, data = args.split, run.batches(args.split)
+    confusion = None
+    if run.task == "classify":                 # counted during the evaluation's own pass
+        from ..app.predict import Confusion
 
-        report = classification_report(run, examples)
+        confusion = Confusion(run)
+    scores = Trainer(run.model, run.config.train, progress=False).evaluate(
+        data, each=None if confusion is None else confusion.add)
+    report = None if confusion is None else confusion.report()
     if png is not None:
-        if report is None:
-            raise RnnlensError("--png draws a classifier's confusion matrix; this model's task is "
-                               f"{run.task!r}")
         from ..outfiles import replacing
         from ..viz.plots import confusion_matrix
 

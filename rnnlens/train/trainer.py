@@ -146,8 +146,10 @@ class Trainer:
         return RnnlensError(f"{(e.strerror or str(e)).strip()} while writing {path}")
 
     @torch.no_grad()
-    def evaluate(self, batches: Iterable) -> dict[str, float]:
-        """Mean loss and the head's metrics over the batches, in eval mode."""
+    def evaluate(self, batches: Iterable, each=None) -> dict[str, float]:
+        """Mean loss and the head's metrics over the batches, in eval mode. each(output,
+        batch), where given, sees every batch's model output (a confusion matrix counted in
+        the same pass)."""
         self.model.eval()
         _reset(self.model)
         merged: dict = {}
@@ -164,6 +166,8 @@ class Trainer:
             with self._autocast():
                 out = self.model(batch)
                 loss, metrics = self.model.head.loss_and_metrics(out, batch)
+            if each is not None:
+                each(out, batch)
             loss_sum += loss.item() * share * size     # the batch's mean loss: the shares' weighted sum
             merge_metrics(merged, metrics)
         loss_sum = d.all_sum([loss_sum])[0]

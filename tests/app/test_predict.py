@@ -131,6 +131,28 @@ def test_eval_on_a_file_with_the_per_class_report(classifier, tmp_path, capsys, 
     assert "do not occur in the training data" in capsys.readouterr().err
 
 
+def test_eval_counts_its_report_in_the_same_pass_as_an_independent_report(classifier, tmp_path, capsys):
+    """The confusion matrix `eval` counts during its own evaluation pass equals the one
+    classification_report gets from a separate pass (in eval mode, no gradients) over the same
+    examples, mistakes included: half the labels are flipped, so both cells off the diagonal
+    fill, and the accuracy is the diagonal's share."""
+    from rnnlens.app.predict import classification_report, file_examples
+    from rnnlens.app.run import Run
+
+    flipped = [("neg" if r.startswith("pos") else "pos") + r[3:] if i % 2 else r for i, r in enumerate(ROWS * 3)]
+    f = tmp_path / "flipped.tsv"
+    f.write_text("\n".join(flipped) + "\n")
+    assert main(["eval", "--model", str(classifier), "--test-file", str(f), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    run = Run.load(classifier)
+    ref = classification_report(run, file_examples(run, f), batch_size=4)
+    assert res["report"] == ref
+    conf = ref["confusion"]
+    assert conf[0][1] + conf[1][0] > 0 and conf[0][0] + conf[1][1] > 0
+    assert math.isclose(res["accuracy"], (conf[0][0] + conf[1][1]) / len(flipped))
+    assert all(not p.requires_grad or p.grad is None for p in run.model.parameters())
+
+
 def test_a_tagger_predicts_tags_and_evaluates_a_conll_file(tagger, tmp_path, capsys):
     (tmp_path / "s.txt").write_text("John lives in Paris\n")
     assert main(["predict", "--model", str(tagger), str(tmp_path / "s.txt")]) == 0
