@@ -210,6 +210,14 @@ class TrainConfig:
                                       # recurrent state, parameters, gradients and optimizer in float32
 
 
+def stated_task(dcfg) -> str | None:
+    """The task a data section names or implies before any data is read: its data.task, or
+    "lm" for a sentence-level or language-model corpus, or a generated corpus's own task;
+    None where the dataset decides (a classifier, a tagger, ...)."""
+    return dcfg.task or ("lm" if dcfg.sentence_level or dcfg.corpus in LM_CORPORA else
+                         dcfg.corpus if dcfg.corpus in OWN_CORPUS_TASKS else None)
+
+
 @dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
@@ -314,8 +322,7 @@ class Config:
                  "model.memory stacks the block on one-direction recurrent cells (not transformer, not bidirectional)")
             need(dcfg.sentence_level, "model.memory needs data.sentence_level: true (the block's window "
                  "starts at each sentence)")
-        task = dcfg.task or ("lm" if dcfg.sentence_level or dcfg.corpus in LM_CORPORA else
-                             dcfg.corpus if dcfg.corpus in OWN_CORPUS_TASKS else None)
+        task = stated_task(dcfg)
         need(task == "lm" or not (m.tie_weights or m.adaptive_softmax),
              "model.tie_weights and model.adaptive_softmax are for language models (the lm task)")
         need(m.carry_state or (task == "lm" and not dcfg.sentence_level),

@@ -30,7 +30,7 @@ def cmd_train(args) -> int:
 def _train(args, out, dist) -> int:
     import shlex
 
-    from ..config import OWN_CORPUS_TASKS, Config, load_config_file
+    from ..config import OWN_CORPUS_TASKS, Config, load_config_file, stated_task
     from ..outfiles import check_not_an_input
     from ..train import distributed
     from ..train.resume import (
@@ -62,6 +62,11 @@ def _train(args, out, dist) -> int:
     if m.layer_dropout and m.layers == 1 and m.memory is None and m.cell != "transformer" and main:
         print(f"note: model.layer_dropout {m.layer_dropout:g} acts between stacked layers and does nothing with "
               "model.layers 1", file=sys.stderr)
+    if getattr(args, "cfg:data.bptt", None) is not None and main and (stated_task(data) != "lm" or data.sentence_level):
+        what = ("a sentence-level language model reads whole sentences" if data.sentence_level else
+                f"this run's data ({data.corpus}) is not a token stream")
+        print(f"note: --bptt cuts the token stream of a language model into segments; {what}, so it is not read",
+              file=sys.stderr)
     check_not_an_input(out, [args.config, data.data_dir, data.train_file, data.dev_file, data.test_file,
                              cfg.model.embeddings_file, train.init_from])
     if saved:

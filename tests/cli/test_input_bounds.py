@@ -205,3 +205,18 @@ def test_checkpoint_config_errors_say_what_is_wrong(capsys, model, tmp_path, edi
     (m / "config.json").write_text(json.dumps(meta), encoding="utf-8")
     code, _, err = run(capsys, "explain", "--model", m, "good")
     assert_clean_error(code, err, needle)
+
+
+def test_bptt_on_a_model_that_does_not_read_it_is_noted(capsys, tmp_path):
+    code, _, err = run(capsys, "train", "--bptt", "20", "--epochs", "1", "--embedding-dim", "8",
+                       "--hidden-size", "8", "--quiet", "--out", tmp_path / "o")
+    assert code == 0, err
+    assert "note: --bptt cuts the token stream of a language model" in err and "(polarity) is not a token stream" in err
+    (tmp_path / "ptb").mkdir()
+    for split in ("train", "valid", "test"):
+        (tmp_path / "ptb" / f"ptb.{split}.txt").write_text("the cat sat on the mat\na dog ran\n" * 20)
+    code, _, err = run(capsys, "train", "--data", "ptb", "--data-dir", tmp_path, "--bptt", "5", "--batch-size", "4",
+                       "--epochs", "1", "--embedding-dim", "8", "--hidden-size", "8", "--quiet",
+                       "--out", tmp_path / "lm")
+    assert code == 0, err
+    assert "--bptt" not in err
