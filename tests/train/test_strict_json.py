@@ -44,8 +44,8 @@ def nan_dev(monkeypatch):
     """Every evaluation (dev and test) gives a NaN loss; training stays finite."""
     evaluate = Trainer.evaluate
 
-    def nan_loss(self, batches):
-        return {**evaluate(self, batches), "loss": math.nan}
+    def nan_loss(self, batches, **kw):
+        return {**evaluate(self, batches, **kw), "loss": math.nan}
     monkeypatch.setattr(Trainer, "evaluate", nan_loss)
 
 
