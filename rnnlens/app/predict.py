@@ -254,7 +254,8 @@ class Confusion:
             self.counts[int(g)][int(p)] += 1
 
     def report(self) -> dict:
-        """Per-class precision, recall, F1 and support, macro averages and the matrix."""
+        """Per-class precision, recall, F1 and support, macro averages (over the classes that
+        occur as gold or predicted labels, as scikit-learn's) and the matrix."""
         labels, conf = self.labels, self.counts
         k = len(labels)
         per = {}
@@ -266,7 +267,10 @@ class Confusion:
             rec = tp / gold_n if gold_n else 0.0
             f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
             per[lab] = {"precision": prec, "recall": rec, "f1": f1, "support": gold_n}
-        macro = {m: sum(v[m] for v in per.values()) / k for m in ("precision", "recall", "f1")}
+        # over the classes that occur as gold or predicted labels (scikit-learn's macro
+        # average): a class absent from both says nothing about the model
+        seen = [lab for i, lab in enumerate(labels) if sum(conf[i]) or sum(conf[r][i] for r in range(k))]
+        macro = {m: sum(per[lab][m] for lab in seen) / max(len(seen), 1) for m in ("precision", "recall", "f1")}
         return {"labels": labels, "per_class": per, "macro": macro, "confusion": conf}
 
 

@@ -11,6 +11,9 @@ from ..metrics import scores_line
 from .common import _load_run
 
 
+REPORTED_TASKS = ("classify", "relation")     # per-class report and confusion matrix
+
+
 def cmd_eval(args) -> int:
     from ..train.run import batches, check_device
     from ..train.trainer import Trainer
@@ -26,7 +29,7 @@ def cmd_eval(args) -> int:
     check_device(args.device)
     run = _load_run(args, device=args.device)
     run.config.train.device = args.device
-    if png is not None and run.task != "classify":
+    if png is not None and run.task not in REPORTED_TASKS:
         raise RnnlensError(f"--png draws a classifier's confusion matrix; this model's task is {run.task!r}")
     if args.test_file:
         from ..app.predict import file_examples
@@ -36,7 +39,7 @@ def cmd_eval(args) -> int:
     else:
         what, data = args.split, run.batches(args.split)
     confusion = None
-    if run.task == "classify":                 # counted during the evaluation's own pass
+    if run.task in REPORTED_TASKS:             # counted during the evaluation's own pass
         from ..app.predict import Confusion
 
         confusion = Confusion(run)
@@ -82,7 +85,8 @@ def cmd_approx_error(args) -> int:
 
 def add_parser(sub) -> None:
     v = sub.add_parser("eval", help="evaluate a trained model on a split of its dataset, or on a labelled "
-                       "file (classifiers: per-class precision, recall, F1 and the confusion matrix too)")
+                       "file (classifiers and relation classifiers: per-class precision, recall, F1 and the "
+                       "confusion matrix too)")
     v.add_argument("--model", required=True, help="checkpoint folder")
     v.add_argument("--split", default=None, help="train, dev or test (default test)")
     v.add_argument("--test-file", metavar="FILE", help="a labelled file in the training format instead of a "

@@ -335,3 +335,23 @@ def test_a_formal_language_model_predicts_the_next_symbol_after_each_prefix(task
     symbols = json.loads((out / "config.json").read_text())["labels"]
     for nxt, dist in zip(rec["next"], rec["probabilities"]):
         assert list(dist) == symbols and math.isclose(sum(dist.values()), 1.0) and nxt == max(dist, key=dist.get)
+
+
+def test_eval_reports_a_relation_classifier_per_relation(relation, tmp_path, capsys):
+    """`eval` on a relation classifier gives the per-relation report and its confusion matrix
+    over the 19 directed labels; its macro F1 averages the labels that occur (gold or
+    predicted), scikit-learn's macro, the run's own label_macro_f1."""
+    from sklearn.metrics import f1_score
+
+    png = tmp_path / "rel.png"
+    assert main(["eval", "--model", str(relation), "--json", "--png", str(png)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    rep = res["report"]
+    assert len(rep["labels"]) == 19 and len(rep["confusion"]) == 19 and png.stat().st_size > 1000
+    gold, pred = [], []
+    for i, row in enumerate(rep["confusion"]):
+        for j, n in enumerate(row):
+            gold += [i] * n
+            pred += [j] * n
+    assert math.isclose(rep["macro"]["f1"], f1_score(gold, pred, average="macro"))
+    assert math.isclose(rep["macro"]["f1"], res["label_macro_f1"])
