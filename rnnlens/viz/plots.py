@@ -166,6 +166,19 @@ def _short(label: str, width: int = 44) -> str:
     return label[:half] + " … " + label[-half:]
 
 
+def _distinct_short(labels: Sequence[str], width: int) -> list[str]:
+    """The labels, each with its middle elided to `width` characters, or wider where that
+    would make two of them alike (SemEval's Entity-Destination(e1,e2) and
+    Entity-Origin(e1,e2)), up to the labels in full."""
+    longest = max((len(lab) for lab in labels), default=0)
+    width = max(width, 5)                      # room for a character either side of " … "
+    while True:
+        short = [_short(lab, width) for lab in labels]
+        if len(set(short)) == len(set(labels)) or width >= longest:
+            return short
+        width += 1
+
+
 def ngram_bars_both(tokens: Sequence[str], forward: Sequence[float], backward: Sequence[float],
                     path: str | Path, forward_end: int | None = None, backward_end: int = 0,
                     title: str = "", xlabel: str = "contribution") -> Path:
@@ -359,7 +372,7 @@ def confusion_matrix(labels: Sequence[str], counts, path: str | Path, title: str
     size = 0.55 * k + 2.6
     fig, ax = plt.subplots(figsize=(size + 1.2, size))
     im = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
-    short = [_short(str(lab), 18) for lab in labels]
+    short = _distinct_short([str(lab) for lab in labels], 26)
     tilt = max((len(s) for s in short), default=0) > 3
     ax.set_xticks(range(k), short, rotation=45 if tilt else 0, ha="right" if tilt else "center")
     ax.set_yticks(range(k), short)
