@@ -43,9 +43,11 @@ def cmd_eval(args) -> int:
         from ..app.predict import Confusion
 
         confusion = Confusion(run)
+    details: dict = {}
     scores = Trainer(run.model, run.config.train, progress=False).evaluate(
-        data, each=None if confusion is None else confusion.add)
+        data, each=None if confusion is None else confusion.add, details=details)
     report = None if confusion is None else confusion.report()
+    per_type = details.get("per_type")
     if png is not None:
         from ..outfiles import replacing
         from ..viz.plots import confusion_matrix
@@ -54,9 +56,13 @@ def cmd_eval(args) -> int:
             confusion_matrix(report["labels"], report["confusion"], tmp, f"{run.path.name} on {Path(what).name}")
     if args.json:
         print(json_text({"split" if not args.test_file else "file": what, **scores,
-                          **({"report": report} if report else {})}))
+                          **({"report": report} if report else {}),
+                          **({"per_type": per_type} if per_type else {})}))
     else:
         print(f"{what} " + scores_line(scores))
+        if per_type:
+            print()
+            print(shown(per_type_text(per_type), keep="\n"))
         if report is not None:
             from ..app.predict import report_text
 
@@ -65,6 +71,16 @@ def cmd_eval(args) -> int:
         if png is not None:
             print(f"wrote {png}")
     return 0
+
+
+def per_type_text(per_type: dict) -> str:
+    """A tagger's entity-level scores per type, one line each, as conlleval lists them."""
+    w = max(8, *(len(t) for t in per_type))
+    lines = [f"{'type':<{w}} {'precision':>9} {'recall':>7} {'f1':>7} {'gold':>7} {'found':>7}"]
+    for t, r in per_type.items():
+        lines.append(f"{t:<{w}} {r['precision']:>9.4f} {r['recall']:>7.4f} {r['f1']:>7.4f} {r['gold']:>7} "
+                     f"{r['predicted']:>7}")
+    return "\n".join(lines)
 
 
 def cmd_approx_error(args) -> int:

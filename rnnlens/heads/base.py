@@ -44,6 +44,11 @@ class Head(nn.Module):
         """The epoch's metrics from the summed batch metrics."""
         return m
 
+    def details(self, m: dict) -> dict:
+        """What an evaluation report shows beyond finalize's numbers, from the same summed
+        batch metrics (a tagger's scores per entity type); nothing by default."""
+        return {}
+
     def loss_and_metrics(self, output: torch.Tensor, batch) -> tuple[torch.Tensor, dict]:
         """Both at once (a head that can share work between them overrides this)."""
         return self.loss(output, batch), self.metrics(output, batch)

@@ -48,3 +48,9 @@ class TaggerHead(Head):
 
         s = conll_f1(m["gold"], m["pred"])
         return {"precision": s["precision"], "recall": s["recall"], "f1": s["f1"]}
+
+    def details(self, m: dict) -> dict:
+        """Entity-level precision, recall and F1 per type, as conlleval prints them."""
+        from ..metrics import conll_f1
+
+        return {"per_type": conll_f1(m["gold"], m["pred"])["per_type"]}

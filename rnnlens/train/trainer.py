@@ -146,10 +146,11 @@ class Trainer:
         return RnnlensError(f"{(e.strerror or str(e)).strip()} while writing {path}")
 
     @torch.no_grad()
-    def evaluate(self, batches: Iterable, each=None) -> dict[str, float]:
+    def evaluate(self, batches: Iterable, each=None, details: dict | None = None) -> dict[str, float]:
         """Mean loss and the head's metrics over the batches, in eval mode. each(output,
         batch), where given, sees every batch's model output (a confusion matrix counted in
-        the same pass)."""
+        the same pass); a `details` dict, where given, gets the head's report beyond its
+        numbers (Head.details: a tagger's scores per entity type)."""
         self.model.eval()
         _reset(self.model)
         merged: dict = {}
@@ -174,6 +175,8 @@ class Trainer:
         merged = d.merged(merged)
         if n == 0:
             raise RnnlensError("cannot evaluate on an empty split")
+        if details is not None:
+            details.update(self.model.head.details(merged))
         return {"loss": loss_sum / n, **self.model.head.finalize(merged)}
 
     # --- checkpoints ------------------------------------------------------------------

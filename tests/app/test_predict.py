@@ -168,7 +168,16 @@ def test_a_tagger_predicts_tags_and_evaluates_a_conll_file(tagger, tmp_path, cap
     assert rec["tokens"] == ["Mary", "visited", "the", "U.S.", "."] and rec["unknown"] == []
     src = tagger.parent / "conll2003" / "eng.testb"
     assert main(["eval", "--model", str(tagger), "--test-file", str(src), "--json"]) == 0
-    assert 0.0 <= json.loads(capsys.readouterr().out)["f1"] <= 1.0
+    res = json.loads(capsys.readouterr().out)
+    assert 0.0 <= res["f1"] <= 1.0
+    # the scores per entity type add up to the overall counts, and give its F1 back
+    per = res["per_type"]
+    assert set(per) == {"PER", "LOC"}
+    right, found, gold = (sum(r[k] for r in per.values()) for k in ("correct", "predicted", "gold"))
+    assert gold == 8 and math.isclose(res["f1"], 2 * right / (found + gold) if found + gold else 0.0)
+    assert main(["eval", "--model", str(tagger), "--test-file", str(src)]) == 0
+    out = capsys.readouterr().out
+    assert "type" in out and "precision" in out and "\nLOC " in out and "\nPER " in out
     # a tag the model lacks is named by its entity type, as the file writes it (the model's
     # IOBES tags are converted from the file's BIO ones)
     (tmp_path / "new.txt").write_text("-DOCSTART- -X- O O\n\nJohn NNP I-NP B-BOGUS\nlives VBZ I-VP O\n")
