@@ -364,3 +364,25 @@ def test_eval_reports_a_relation_classifier_per_relation(relation, tmp_path, cap
             pred += [j] * n
     assert math.isclose(rep["macro"]["f1"], f1_score(gold, pred, average="macro"))
     assert math.isclose(rep["macro"]["f1"], res["label_macro_f1"])
+
+
+@pytest.mark.parametrize("kind, report", [("classifier", "report"), ("relation", "report"), ("tagger", "per_type"),
+                                          ("regressor", None), ("lm", None)])
+def test_eval_reports_what_each_task_has_and_refuses_a_png_it_cannot_draw(kind, report, request, tmp_path, capsys):
+    """Every task's `eval --json` is one JSON object with its split and loss; the report
+    (per class, per entity type) only where the task has one; --png (a confusion matrix)
+    refused with one line before any work, and no file written, where there is none."""
+    model = request.getfixturevalue(kind)
+    capsys.readouterr()
+    assert main(["eval", "--model", str(model), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["split"] == "test" and math.isfinite(res["loss"])
+    assert ("report" in res) == (report == "report") and ("per_type" in res) == (report == "per_type")
+    png = tmp_path / "c.png"
+    code = main(["eval", "--model", str(model), "--png", str(png)])
+    err = capsys.readouterr().err
+    if report == "report":
+        assert code == 0 and png.stat().st_size > 1000
+    else:
+        assert code == 2 and "--png draws a classifier's confusion matrix" in err and len(err.splitlines()) == 1
+        assert not png.exists()
