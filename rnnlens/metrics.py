@@ -93,7 +93,8 @@ def get_chunks(tags: list[str]) -> list[tuple[str, int, int]]:
     return chunks
 
 
-def _prf(correct: int, predicted: int, gold: int) -> dict:
+def prf(correct: int, predicted: int, gold: int) -> dict:
+    """Precision, recall and F1 from counts (0 where there is nothing to divide by)."""
     p = correct / predicted if predicted else 0.0
     r = correct / gold if gold else 0.0
     f = 2 * p * r / (p + r) if p + r else 0.0
@@ -125,9 +126,9 @@ def conll_f1(gold: list[list[str]], pred: list[list[str]]) -> dict:
     right = gold_chunks & pred_chunks
     by_type = lambda chunks: Counter(c[1] for c in chunks)  # noqa: E731
     n_right, n_pred, n_gold = by_type(right), by_type(pred_chunks), by_type(gold_chunks)
-    out = _prf(len(right), len(pred_chunks), len(gold_chunks))
+    out = prf(len(right), len(pred_chunks), len(gold_chunks))
     out["accuracy"] = tags_right / tokens if tokens else 0.0
-    out["per_type"] = {t: _prf(n_right[t], n_pred[t], n_gold[t]) for t in sorted(set(n_pred) | set(n_gold))}
+    out["per_type"] = {t: prf(n_right[t], n_pred[t], n_gold[t]) for t in sorted(set(n_pred) | set(n_gold))}
     return out
 
 
@@ -199,7 +200,7 @@ def semeval_macro_f1(gold: list[str], pred: list[str]) -> dict:
                            "predicted": proposed[r], "wrong_direction": wrong_dir[r], "gold": n_gold[r]}
     scored = [r for r in per_relation if r != OTHER]
     macro = sum(per_relation[r]["f1"] for r in scored) / len(scored) if scored else 0.0
-    micro = _prf(sum(correct[r] for r in scored),
+    micro = prf(sum(correct[r] for r in scored),
                  sum(proposed[r] + wrong_dir[r] for r in scored),
                  sum(n_gold[r] for r in scored))["f1"]
     accuracy = sum(g == p for g, p in zip(gold, pred)) / len(gold) if gold else 0.0
@@ -317,7 +318,7 @@ def label_macro_f1(gold: list, pred: list) -> float:
     hits = Counter(g for g, p in zip(gold, pred) if g == p)
     n_gold, n_pred = Counter(gold), Counter(pred)
     labels = set(n_gold) | set(n_pred)
-    return sum(_prf(hits[k], n_pred[k], n_gold[k])["f1"] for k in labels) / len(labels)
+    return sum(prf(hits[k], n_pred[k], n_gold[k])["f1"] for k in labels) / len(labels)
 
 
 def entity_lookup_baseline(train: list[tuple[list[str], list[str]]],

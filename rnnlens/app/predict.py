@@ -256,21 +256,15 @@ class Confusion:
     def report(self) -> dict:
         """Per-class precision, recall, F1 and support, macro averages (over the classes that
         occur as gold or predicted labels, as scikit-learn's) and the matrix."""
+        from ..metrics import prf
+
         labels, conf = self.labels, self.counts
-        k = len(labels)
-        per = {}
-        for i, lab in enumerate(labels):
-            tp = conf[i][i]
-            pred_n = sum(conf[r][i] for r in range(k))
-            gold_n = sum(conf[i])
-            prec = tp / pred_n if pred_n else 0.0
-            rec = tp / gold_n if gold_n else 0.0
-            f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
-            per[lab] = {"precision": prec, "recall": rec, "f1": f1, "support": gold_n}
-        # over the classes that occur as gold or predicted labels (scikit-learn's macro
-        # average): a class absent from both says nothing about the model
-        seen = [lab for i, lab in enumerate(labels) if sum(conf[i]) or sum(conf[r][i] for r in range(k))]
-        macro = {m: sum(per[lab][m] for lab in seen) / max(len(seen), 1) for m in ("precision", "recall", "f1")}
+        scores = [prf(conf[i][i], sum(row[i] for row in conf), sum(conf[i])) for i in range(len(labels))]
+        per = {lab: {"precision": s["precision"], "recall": s["recall"], "f1": s["f1"], "support": s["gold"]}
+               for lab, s in zip(labels, scores)}
+        # a class absent from both the gold and the predicted labels says nothing about the model
+        seen = [s for s in scores if s["gold"] or s["predicted"]]
+        macro = {m: sum(s[m] for s in seen) / max(len(seen), 1) for m in ("precision", "recall", "f1")}
         return {"labels": labels, "per_class": per, "macro": macro, "confusion": conf}
 
 
@@ -288,6 +282,16 @@ def classification_report(run: Run, examples: list[Example], batch_size: int = 6
         batch = collate([examples[i] for i in ids], run.vocab).to(device)
         conf.add(model(batch), batch)
     return conf.report()
+
+
+def per_type_text(per_type: dict) -> str:
+    """A tagger's entity-level scores per type, one line each, as conlleval lists them."""
+    w = max(8, *(len(t) for t in per_type))
+    lines = [f"{'type':<{w}} {'precision':>9} {'recall':>7} {'f1':>7} {'gold':>7} {'found':>7}"]
+    for t, r in per_type.items():
+        lines.append(f"{t:<{w}} {r['precision']:>9.4f} {r['recall']:>7.4f} {r['f1']:>7.4f} {r['gold']:>7} "
+                     f"{r['predicted']:>7}")
+    return "\n".join(lines)
 
 
 def report_text(rep: dict) -> str:

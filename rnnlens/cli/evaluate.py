@@ -61,6 +61,8 @@ def cmd_eval(args) -> int:
     else:
         print(f"{what} " + scores_line(scores))
         if per_type:
+            from ..app.predict import per_type_text
+
             print()
             print(shown(per_type_text(per_type), keep="\n"))
         if report is not None:
@@ -71,16 +73,6 @@ def cmd_eval(args) -> int:
         if png is not None:
             print(f"wrote {png}")
     return 0
-
-
-def per_type_text(per_type: dict) -> str:
-    """A tagger's entity-level scores per type, one line each, as conlleval lists them."""
-    w = max(8, *(len(t) for t in per_type))
-    lines = [f"{'type':<{w}} {'precision':>9} {'recall':>7} {'f1':>7} {'gold':>7} {'found':>7}"]
-    for t, r in per_type.items():
-        lines.append(f"{t:<{w}} {r['precision']:>9.4f} {r['recall']:>7.4f} {r['f1']:>7.4f} {r['gold']:>7} "
-                     f"{r['predicted']:>7}")
-    return "\n".join(lines)
 
 
 def cmd_approx_error(args) -> int:
