@@ -21,6 +21,7 @@ from torch import nn
 
 from ..errors import RnnlensError
 from ..ops.affine import lstm_adjoints, lstm_scan
+from ..ops import gru_scan
 from ..ops.fused_rnn import rnn_by_length
 from ..ops.linear import linear
 from ..ops.precision import autocast_dtype, full_precision, no_autocast
@@ -312,6 +313,15 @@ class GRU(_Classic):
 
     def _fused_kernel(self):
         return torch._VF.gru
+
+    def _batch_major_forward(self, x, mask, s):
+        """On the CPU rnnlens's own C++ loop (ops.gru_scan: torch's equations, the weight
+        gradients batched over the steps, any mask); elsewhere torch's kernels (cuDNN on a
+        GPU), as the other classic cells."""
+        if (self.fused and x.dim() == 3 and x.shape[1] > 0 and x.shape[-1] == self.input_size
+                and not (self.training and self.recurrent_dropout > 0) and gru_scan.available(x)):
+            return gru_scan.gru_scan(self._project(x), self.weight_hh, self.bias_hh, s, mask)
+        return super()._batch_major_forward(x, mask, s)
 
     def _cudnn_mode(self) -> str:
         return "GRU"

@@ -1,7 +1,9 @@
-"""Elman, GRU and LSTM train through torch's fused RNN kernels on their own parameters; the
-Python step loop is the reference. Values, final states and every gradient (inputs,
-weights, start state) agree in float64 with and without right padding, in train and eval
-mode, batch- and time-major; the paths the kernels cannot take fall back to the loop."""
+"""Elman, GRU and LSTM train through fused kernels on their own parameters: torch's (on the CPU
+the GRU runs rnnlens's own C++ loop, tests/ops/test_gru_scan.py; with RNNLENS_CPP_GRU=0,
+`torch_gru` here, torch's); the Python step loop is the reference. Values, final states and
+every gradient (inputs, weights, start state) agree in float64 with and without right padding,
+in train and eval mode, batch- and time-major; the paths the kernels cannot take fall back to
+the loop."""
 import pytest
 import torch
 
@@ -31,6 +33,19 @@ def make(name):
     return cell
 
 
+@pytest.fixture(params=[False, True], ids=["", "torch_gru"])
+def torch_gru(request, monkeypatch):
+    """Run the test a second time with the GRU on torch's kernel (RNNLENS_CPP_GRU=0)."""
+    if request.param:
+        monkeypatch.setenv("RNNLENS_CPP_GRU", "0")
+    return request.param
+
+
+def skip_unless_gru(name, torch_gru):
+    if torch_gru and name != "gru":
+        pytest.skip("only the GRU has a second CPU kernel")
+
+
 def no_loop(cell, monkeypatch):
     """Make the Python loop raise, so a passing forward proves the fused kernel ran."""
     def fail(*a, **k):
@@ -44,12 +59,13 @@ def no_loop(cell, monkeypatch):
 @pytest.mark.parametrize("start", [False, True])
 @pytest.mark.parametrize("by_length", [False, True])
 def test_fused_forward_equals_the_step_loop_with_all_gradients(name, masked, training, start, by_length,
-                                                               monkeypatch):
+                                                               monkeypatch, torch_gru):
     """by_length: right-padded rows as segments between their lengths (what rows longer than
     PACKED_MAX_LENGTH take) instead of one packed sequence; "equal": rows of equal lengths,
     some shorter than the batch, and columns no row reaches."""
     import rnnlens.cells.classic as classic
 
+    skip_unless_gru(name, torch_gru)
     monkeypatch.setattr(classic, "PACKED_MAX_LENGTH", 0 if by_length else 10**9)
     cell = make(name).train(training)
     x, mask, s0 = inputs(cell.state_size, lengths=(5, 5, 2, 5) if masked == "equal" else (7, 3, 1, 5))
@@ -104,11 +120,12 @@ def test_what_the_kernel_cannot_do_takes_the_loop(name):
 
 
 @pytest.mark.parametrize("name", list(CLASSIC))
-def test_long_right_padded_rows_run_by_length_and_match_the_loop(name, monkeypatch):
+def test_long_right_padded_rows_run_by_length_and_match_the_loop(name, monkeypatch, torch_gru):
     """Rows longer than PACKED_MAX_LENGTH run as segments between their lengths (not packed,
     whose backward grows as T^2): the kernel alone, and the loop's values and gradients."""
     from rnnlens.cells.classic import PACKED_MAX_LENGTH
 
+    skip_unless_gru(name, torch_gru)
     cell = make(name).train()
     torch.manual_seed(3)
     T = PACKED_MAX_LENGTH + 9
@@ -128,11 +145,12 @@ def test_long_right_padded_rows_run_by_length_and_match_the_loop(name, monkeypat
 
 
 @pytest.mark.parametrize("name", list(CLASSIC))
-def test_time_major_cells_take_long_padded_rows_by_length(name, monkeypatch):
+def test_time_major_cells_take_long_padded_rows_by_length(name, monkeypatch, torch_gru):
     """A cell copied from a time-major torch module takes [T,B] masks the same way: long
     right-padded rows by length, equal to the loop."""
     from rnnlens.cells.classic import PACKED_MAX_LENGTH
 
+    skip_unless_gru(name, torch_gru)
     kind = {"elman": torch.nn.RNN, "gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[name]
     cell = from_torch(kind(E, H).double())
     T = PACKED_MAX_LENGTH + 5

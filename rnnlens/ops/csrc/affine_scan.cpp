@@ -10,6 +10,8 @@
 // LSTM block (LSTMView) on s = [c; h], U = W h_{t-1} split (i, [f,] g, o):
 //     u = f * c + a_i * u_i + [a_f * u_f +] a_g * u_g,   c_t = u + g_c,
 //     h_t = k * u + a_o * u_o + g_h
+// GRU (torch's equations; rnnlens/ops/gru_scan.py): one product W_hh h_{t-1} a step, the gates
+// in one pass, and a reverse loop that keeps the gate gradients for one dW_hh product.
 // A pad (mask false) keeps the state; its gradient passes straight to the step before.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -22,6 +24,8 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "vecmath.h"
 
 namespace {
 
@@ -538,6 +542,170 @@ std::vector<at::Tensor> lstm_backward_grads(const at::Tensor& dS, const at::Tens
   return outs;
 }
 
+// ---------------------------------------------------------------------------------------------
+// GRU, torch's equations (rnnlens/cells/classic.py's GRU, whose Python loop is the reference).
+// P [B,T,3H] = W_ih x + b_ih (rows r, z, n), W [3H,H] = W_hh, bh [3H] = b_hh. A step is one
+// product u = W h_{t-1}, then
+//   r = s(P_r + u_r + b_r),  z = s(P_z + u_z + b_z),  hn = u_n + b_n,
+//   n = tanh(P_n + r * hn),  h_t = n + z * (h_{t-1} - n).
+// A pad (mask false) keeps h. K [B,T,4H] keeps (r, z, n, hn) for the backward (or is empty).
+template <typename T>
+void gru_fwd_impl(const at::Tensor& P, const at::Tensor& W, const at::Tensor& bh, const at::Tensor& h0,
+                  const at::Tensor& mask, at::Tensor& Hs, at::Tensor& K, bool onednn) {
+  const int64_t B = P.size(0), Tn = P.size(1), H = h0.size(1), H3 = 3 * H;
+  at::Tensor h = h0.clone(at::MemoryFormat::Contiguous);   // the running state, written in place
+  T* hp = h.data_ptr<T>();
+  const T* Pp = P.data_ptr<T>();
+  const T* bp = bh.data_ptr<T>();
+  const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  T* Hp = Hs.data_ptr<T>();
+  T* Kp = K.numel() ? K.data_ptr<T>() : nullptr;
+  over_chunks(B, chunks_of(B, W, onednn), [&](int64_t c0, int64_t c1, const at::Tensor& Wc) {
+  const at::Tensor hv = h.narrow(0, c0, c1 - c0);
+  for (int64_t t = 0; t < Tn; ++t) {
+    at::Tensor u = linear(hv, Wc, onednn);
+    const T* up = u.data_ptr<T>();
+    rows(c0, c1, H3, [&](int64_t b0, int64_t b1) {
+      std::vector<T> scratch(Kp ? 0 : 4 * H);
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t bt = b * Tn + t;
+        T* __restrict__ hb = hp + b * H;
+        T* __restrict__ out = Hp + bt * H;
+        T* __restrict__ k = Kp ? Kp + bt * 4 * H : scratch.data();
+        if (mp && !mp[bt]) {
+          std::copy(hb, hb + H, out);
+          if (Kp) std::fill(k, k + 4 * H, T(0));
+          continue;
+        }
+        const T* __restrict__ pr = Pp + bt * H3;
+        const T* __restrict__ ub = up + (b - c0) * H3;
+        T* __restrict__ r = k;
+        T* __restrict__ z = k + H;
+        T* __restrict__ n = k + 2 * H;
+        T* __restrict__ hn = k + 3 * H;
+        for (int64_t j = 0; j < 2 * H; ++j) r[j] = pr[j] + ub[j] + bp[j];   // r and z, side by side
+        rnnlens_vec::sigmoid_of(r, r, 2 * H);
+#pragma GCC ivdep
+        for (int64_t j = 0; j < H; ++j) {
+          hn[j] = ub[2 * H + j] + bp[2 * H + j];
+          n[j] = pr[2 * H + j] + r[j] * hn[j];
+        }
+        rnnlens_vec::tanh_of(n, n, H, T(1));
+#pragma GCC ivdep
+        for (int64_t j = 0; j < H; ++j) {
+          out[j] = n[j] + z[j] * (hb[j] - n[j]);
+          hb[j] = out[j];
+        }
+      }
+    });
+  }
+  });
+}
+
+// -> {Hs [B,T,H] (the state after every step, held at pads), K [B,T,4H] (empty unless keep)}
+std::vector<at::Tensor> gru_forward(const at::Tensor& P, const at::Tensor& W, const at::Tensor& bh,
+                                    const at::Tensor& h0, const at::Tensor& mask, bool keep, bool onednn) {
+  TORCH_CHECK(P.dim() == 3 && h0.dim() == 2 && P.size(0) == h0.size(0) && P.size(2) == 3 * h0.size(1),
+              "gru_forward: P must be [B,T,3H] and h0 [B,H]");
+  TORCH_CHECK(W.size(0) == P.size(2) && W.size(1) == h0.size(1) && bh.numel() == P.size(2),
+              "gru_forward: W must be [3H,H] and bh [3H]");
+  const int64_t B = P.size(0), Tn = P.size(1), H = h0.size(1);
+  at::Tensor Hs = at::empty({B, Tn, H}, P.options());
+  at::Tensor K = keep ? at::empty({B, Tn, 4 * H}, P.options()) : at::empty({0}, P.options());
+  AT_DISPATCH_FLOATING_TYPES(P.scalar_type(), "gru_forward", [&] {
+    gru_fwd_impl<scalar_t>(P.contiguous(), W.contiguous(), bh.contiguous(), h0, mask, Hs, K, onednn);
+  });
+  return {Hs, K};
+}
+
+// The reverse loop, with the forward's K: dh = dL/dh_t from the outputs, the step product of
+// the step after and the carry (z dh of the step after; dh itself across a pad). Then
+//   dn = dh (1 - z), dz = dh (h_{t-1} - n), da_n = dn (1 - n^2),
+//   da_r = da_n hn r (1 - r), da_z = dz z (1 - z),
+//   dP = (da_r, da_z, da_n), G = (da_r, da_z, da_n r)  (the gradient of u + b_h),
+//   dL/dh_{t-1} = z dh + G W.
+// out: dP [B,T,3H], dh0 [B,H], G [T,B,3H] and h_prev [T,B,H] time-major (dW_hh = G^T h_prev and
+// db_hh = the sum of G's rows, in one product and one sum by the caller).
+template <typename T>
+void gru_bwd_impl(const at::Tensor& dH, const at::Tensor& dhT, const at::Tensor& Wt, const at::Tensor& K,
+                  const at::Tensor& Hs, const at::Tensor& h0, const at::Tensor& mask, at::Tensor& dP,
+                  at::Tensor& dh0, at::Tensor& G, at::Tensor& hprev, bool onednn) {
+  const int64_t B = dH.size(0), Tn = dH.size(1), H = dH.size(2), H3 = 3 * H;
+  at::Tensor carry = dhT.numel() ? dhT.clone(at::MemoryFormat::Contiguous) : at::zeros({B, H}, dH.options());
+  T* cp = carry.data_ptr<T>();
+  const T* dHp = dH.data_ptr<T>();
+  const T* Kp = K.data_ptr<T>();
+  const T* Hp = Hs.data_ptr<T>();
+  const T* h0p = h0.data_ptr<T>();
+  const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  T* dPp = dP.data_ptr<T>();
+  T* Gp = G.data_ptr<T>();
+  T* hvp = hprev.data_ptr<T>();
+  over_chunks(B, chunks_of(B, Wt, onednn), [&](int64_t c0, int64_t c1, const at::Tensor& Wc) {
+  at::Tensor d = at::zeros({c1 - c0, H}, dH.options());
+  for (int64_t t = Tn - 1; t >= 0; --t) {
+    const T* dd = d.data_ptr<T>();
+    rows(c0, c1, H3, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t bt = b * Tn + t;
+        const T* __restrict__ hp = t ? Hp + (bt - 1) * H : h0p + b * H;     // h_{t-1}
+        T* __restrict__ hv = hvp + (t * B + b) * H;
+        T* __restrict__ g = Gp + (t * B + b) * H3;
+        T* __restrict__ dp = dPp + bt * H3;
+        T* __restrict__ cb = cp + b * H;
+        const T* __restrict__ db = dd + (b - c0) * H;
+        const T* __restrict__ dy = dHp + bt * H;
+        std::copy(hp, hp + H, hv);
+        if (mp && !mp[bt]) {                     // the state is held: its gradient passes on
+          for (int64_t j = 0; j < H; ++j) cb[j] += dy[j] + db[j];
+          std::fill(g, g + H3, T(0));
+          std::fill(dp, dp + H3, T(0));
+          continue;
+        }
+        const T* __restrict__ k = Kp + bt * 4 * H;
+        const T* __restrict__ r = k;
+        const T* __restrict__ z = k + H;
+        const T* __restrict__ n = k + 2 * H;
+        const T* __restrict__ hn = k + 3 * H;
+#pragma GCC ivdep
+        for (int64_t j = 0; j < H; ++j) {
+          const T dh = dy[j] + db[j] + cb[j];
+          const T dan = dh * (T(1) - z[j]) * (T(1) - n[j] * n[j]);
+          const T dar = dan * hn[j] * r[j] * (T(1) - r[j]);
+          const T daz = dh * (hp[j] - n[j]) * z[j] * (T(1) - z[j]);
+          cb[j] = dh * z[j];
+          dp[j] = dar;
+          dp[H + j] = daz;
+          dp[2 * H + j] = dan;
+          g[j] = dar;
+          g[H + j] = daz;
+          g[2 * H + j] = dan * r[j];
+        }
+      }
+    });
+    d = linear(G.select(0, t).narrow(0, c0, c1 - c0), Wc, onednn);   // G_t [B,3H] @ W [3H,H]
+  }
+  dh0.narrow(0, c0, c1 - c0).copy_(d).add_(carry.narrow(0, c0, c1 - c0));
+  });
+}
+
+// -> {dP [B,T,3H], dh0 [B,H], G [T,B,3H], h_prev [T,B,H]}
+std::vector<at::Tensor> gru_backward(const at::Tensor& dH, const at::Tensor& dhT, const at::Tensor& W,
+                                     const at::Tensor& K, const at::Tensor& Hs, const at::Tensor& h0,
+                                     const at::Tensor& mask, bool onednn) {
+  TORCH_CHECK(K.numel() == Hs.numel() * 4, "gru_backward needs the forward's K (keep=true)");
+  const int64_t B = dH.size(0), Tn = dH.size(1), H = dH.size(2);
+  at::Tensor dP = at::empty({B, Tn, 3 * H}, dH.options());
+  at::Tensor dh0 = at::empty({B, H}, dH.options());
+  at::Tensor G = at::empty({Tn, B, 3 * H}, dH.options()), hprev = at::empty({Tn, B, H}, dH.options());
+  const at::Tensor Wt = W.t().contiguous();
+  AT_DISPATCH_FLOATING_TYPES(dH.scalar_type(), "gru_backward", [&] {
+    gru_bwd_impl<scalar_t>(dH.contiguous(), dhT, Wt, K.contiguous(), Hs.contiguous(), h0.contiguous(), mask, dP,
+                           dh0, G, hprev, onednn);
+  });
+  return {dP, dh0, G, hprev};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(rnnlens_affine_scan, m) {
@@ -552,6 +720,9 @@ TORCH_LIBRARY(rnnlens_affine_scan, m) {
         "Tensor s0, Tensor U, bool onednn) -> Tensor[]");
   m.def("lstm_backward_grads(Tensor dS, Tensor W, Tensor f, Tensor a_i, Tensor a_g, Tensor a_o, Tensor k, "
         "Tensor a_f, Tensor mask, Tensor S, Tensor s0, Tensor U, bool onednn) -> Tensor[]");
+  m.def("gru_forward(Tensor P, Tensor W, Tensor bh, Tensor h0, Tensor mask, bool keep, bool onednn) -> Tensor[]");
+  m.def("gru_backward(Tensor dH, Tensor dhT, Tensor W, Tensor K, Tensor Hs, Tensor h0, Tensor mask, bool onednn) "
+        "-> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(rnnlens_affine_scan, CPU, m) {
@@ -561,4 +732,6 @@ TORCH_LIBRARY_IMPL(rnnlens_affine_scan, CPU, m) {
   m.impl("lstm_backward", &lstm_backward);
   m.impl("structured_backward_grads", &structured_backward_grads);
   m.impl("lstm_backward_grads", &lstm_backward_grads);
+  m.impl("gru_forward", &gru_forward);
+  m.impl("gru_backward", &gru_backward);
 }
