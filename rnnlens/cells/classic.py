@@ -21,7 +21,7 @@ from torch import nn
 
 from ..errors import RnnlensError
 from ..ops.affine import lstm_adjoints, lstm_scan
-from ..ops import gru_scan
+from ..ops import gated_loops
 from ..ops.fused_rnn import rnn_by_length
 from ..ops.linear import linear
 from ..ops.precision import autocast_dtype, full_precision, no_autocast
@@ -157,11 +157,27 @@ class _Classic(Cell):
         lengths = mask.sum(1, keepdim=True)
         return bool((lengths > 0).all() and (mask == (torch.arange(mask.shape[1], device=mask.device) < lengths)).all())
 
+    def _gated_loop(self, x, mask):
+        """The C++ loop of ops.gated_loops this cell runs on x (a CPU input it takes), or None."""
+        return None
+
     def _batch_major_forward(self, x, mask, s):
-        """x[B,T,E], mask[B,T] batch-major -> (out[B,T,H], final[B,S]): the fused kernel where
-        it applies (`_can_fuse`), else the Python loop."""
+        """x[B,T,E], mask[B,T] batch-major -> (out[B,T,H], final[B,S]): rnnlens's C++ loop where
+        the cell runs one (`_gated_loop`: the GRU and the LSTM on the CPU, recurrent dropout and
+        any mask included), else the fused kernel where it applies (`_can_fuse`), else the
+        Python loop."""
         from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+        if (self.fused and x.dim() == 3 and x.shape[1] > 0 and x.shape[-1] == self.input_size
+                and gated_loops.available(x)):
+            loop = self._gated_loop(x, mask)
+            if loop is not None:
+                P = self._project(x)
+                drop = None                  # drawn as the Python loop (_scan) draws it
+                if self.training and self.recurrent_dropout > 0:
+                    keep = 1.0 - self.recurrent_dropout
+                    drop = torch.bernoulli(x.new_full((x.shape[0], self.hidden_size), keep)) / keep
+                return loop(P, self.weight_hh, self.bias_hh, s, mask, drop)
         if not self._can_fuse(x, mask):
             states, final = Cell.scan(self, x, mask, s)
             return self.output(states), final
@@ -314,14 +330,9 @@ class GRU(_Classic):
     def _fused_kernel(self):
         return torch._VF.gru
 
-    def _batch_major_forward(self, x, mask, s):
-        """On the CPU rnnlens's own C++ loop (ops.gru_scan: torch's equations, the weight
-        gradients batched over the steps, any mask); elsewhere torch's kernels (cuDNN on a
-        GPU), as the other classic cells."""
-        if (self.fused and x.dim() == 3 and x.shape[1] > 0 and x.shape[-1] == self.input_size
-                and not (self.training and self.recurrent_dropout > 0) and gru_scan.available(x)):
-            return gru_scan.gru_scan(self._project(x), self.weight_hh, self.bias_hh, s, mask)
-        return super()._batch_major_forward(x, mask, s)
+    def _gated_loop(self, x, mask):
+        """On the CPU always (rnnlens's loop is faster than torch's GRU there)."""
+        return gated_loops.gru_loop
 
     def _cudnn_mode(self) -> str:
         return "GRU"
@@ -375,6 +386,11 @@ class LSTM(_Classic):
 
     def _fused_kernel(self):
         return torch._VF.lstm
+
+    def _gated_loop(self, x, mask):
+        """Only where torch's kernel (oneDNN on the CPU, faster) cannot go: recurrent dropout in
+        training, and masks that are not right padding."""
+        return None if self._can_fuse(x, mask) else gated_loops.lstm_loop
 
     def _cudnn_mode(self) -> str:
         return "LSTM"

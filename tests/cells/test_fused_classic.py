@@ -1,9 +1,10 @@
 """Elman, GRU and LSTM train through fused kernels on their own parameters: torch's (on the CPU
-the GRU runs rnnlens's own C++ loop, tests/ops/test_gru_scan.py; with RNNLENS_CPP_GRU=0,
+the GRU runs rnnlens's own C++ loop, tests/ops/test_gated_loops.py; with RNNLENS_CPP_GATED=0,
 `torch_gru` here, torch's); the Python step loop is the reference. Values, final states and
 every gradient (inputs, weights, start state) agree in float64 with and without right padding,
-in train and eval mode, batch- and time-major; the paths the kernels cannot take fall back to
-the loop."""
+in train and eval mode, batch- and time-major; what torch's kernels cannot take (recurrent
+dropout, masks that are not right padding) runs the C++ loop on the CPU (GRU, LSTM) or the
+Python loop."""
 import pytest
 import torch
 
@@ -35,9 +36,9 @@ def make(name):
 
 @pytest.fixture(params=[False, True], ids=["", "torch_gru"])
 def torch_gru(request, monkeypatch):
-    """Run the test a second time with the GRU on torch's kernel (RNNLENS_CPP_GRU=0)."""
+    """Run the test a second time with the GRU on torch's kernel (RNNLENS_CPP_GATED=0)."""
     if request.param:
-        monkeypatch.setenv("RNNLENS_CPP_GRU", "0")
+        monkeypatch.setenv("RNNLENS_CPP_GATED", "0")
     return request.param
 
 
@@ -100,7 +101,8 @@ def test_time_major_cells_from_torch_use_the_kernel(name, monkeypatch):
 @pytest.mark.parametrize("name", list(CLASSIC))
 def test_what_the_kernel_cannot_do_takes_the_loop(name):
     """Recurrent dropout (one mask per sequence on h_{t-1}), left or interior pads and empty
-    rows go through the Python loop, with the same results as the loop."""
+    rows go around torch's kernel (through the C++ loop of the GRU and LSTM on the CPU, the
+    Python loop otherwise), with the same results as the Python loop."""
     cell = make(name)
     x, mask, s0 = inputs(cell.state_size, grad=False)
     left = mask.flip(1)

@@ -10,7 +10,7 @@
 // LSTM block (LSTMView) on s = [c; h], U = W h_{t-1} split (i, [f,] g, o):
 //     u = f * c + a_i * u_i + [a_f * u_f +] a_g * u_g,   c_t = u + g_c,
 //     h_t = k * u + a_o * u_o + g_h
-// GRU (torch's equations; rnnlens/ops/gru_scan.py): one product W_hh h_{t-1} a step, the gates
+// GRU (torch's equations; rnnlens/ops/gated_loops.py): one product W_hh h_{t-1} a step, the gates
 // in one pass, and a reverse loop that keeps the gate gradients for one dW_hh product.
 // A pad (mask false) keeps the state; its gradient passes straight to the step before.
 #include <ATen/ATen.h>
@@ -543,68 +543,134 @@ std::vector<at::Tensor> lstm_backward_grads(const at::Tensor& dS, const at::Tens
 }
 
 // ---------------------------------------------------------------------------------------------
-// GRU, torch's equations (rnnlens/cells/classic.py's GRU, whose Python loop is the reference).
-// P [B,T,3H] = W_ih x + b_ih (rows r, z, n), W [3H,H] = W_hh, bh [3H] = b_hh. A step is one
-// product u = W h_{t-1}, then
-//   r = s(P_r + u_r + b_r),  z = s(P_z + u_z + b_z),  hn = u_n + b_n,
-//   n = tanh(P_n + r * hn),  h_t = n + z * (h_{t-1} - n).
-// A pad (mask false) keeps h. K [B,T,4H] keeps (r, z, n, hn) for the backward (or is empty).
-template <typename T>
-void gru_fwd_impl(const at::Tensor& P, const at::Tensor& W, const at::Tensor& bh, const at::Tensor& h0,
-                  const at::Tensor& mask, at::Tensor& Hs, at::Tensor& K, bool onednn) {
-  const int64_t B = P.size(0), Tn = P.size(1), H = h0.size(1), H3 = 3 * H;
-  at::Tensor h = h0.clone(at::MemoryFormat::Contiguous);   // the running state, written in place
-  T* hp = h.data_ptr<T>();
-  const T* Pp = P.data_ptr<T>();
-  const T* bp = bh.data_ptr<T>();
-  const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
-  T* Hp = Hs.data_ptr<T>();
-  T* Kp = K.numel() ? K.data_ptr<T>() : nullptr;
+// GRU and LSTM, torch's equations on torch's layout (rnnlens/cells/classic.py, whose Python
+// loops are the reference; rnnlens/ops/gated_loops.py). P [B,T,G*H] = W_ih x + b_ih, W = W_hh
+// [G*H,H], bh = b_hh [G*H]; drop [B,H] (or empty): variational recurrent dropout, h_{t-1} * drop
+// where it enters W_hh. A pad (mask false) keeps the state. The forward keeps each step's gate
+// values in K [B,T,KW] for the backward (K empty: nothing kept, a scratch row instead).
+
+// The forward loop both share: for each chunk of rows, at every step one product
+// u = W (h * drop), then row(b, bt, u_b, k_b) for each row that is not a pad, held(b, bt) for
+// each pad (k_b: the row's slot of K, zeroed at a pad).
+template <typename T, typename Row, typename Held>
+void gated_forward(int64_t B, int64_t Tn, int64_t GH, int64_t KW, const at::Tensor& h, const at::Tensor& W,
+                   const at::Tensor& drop, const bool* mp, T* Kp, bool onednn, const Row& row, const Held& held) {
   over_chunks(B, chunks_of(B, W, onednn), [&](int64_t c0, int64_t c1, const at::Tensor& Wc) {
-  const at::Tensor hv = h.narrow(0, c0, c1 - c0);
+  const at::Tensor hv = h.narrow(0, c0, c1 - c0);       // the chunk's rows of the running h
+  const at::Tensor dv = drop.numel() ? drop.narrow(0, c0, c1 - c0) : drop;
   for (int64_t t = 0; t < Tn; ++t) {
-    at::Tensor u = linear(hv, Wc, onednn);
+    const at::Tensor u = linear(dv.numel() ? hv * dv : hv, Wc, onednn);
     const T* up = u.data_ptr<T>();
-    rows(c0, c1, H3, [&](int64_t b0, int64_t b1) {
-      std::vector<T> scratch(Kp ? 0 : 4 * H);
+    rows(c0, c1, GH, [&](int64_t b0, int64_t b1) {
+      std::vector<T> scratch(Kp ? 0 : KW);
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t bt = b * Tn + t;
-        T* __restrict__ hb = hp + b * H;
-        T* __restrict__ out = Hp + bt * H;
-        T* __restrict__ k = Kp ? Kp + bt * 4 * H : scratch.data();
+        T* k = Kp ? Kp + bt * KW : scratch.data();
         if (mp && !mp[bt]) {
-          std::copy(hb, hb + H, out);
-          if (Kp) std::fill(k, k + 4 * H, T(0));
+          if (Kp) std::fill(k, k + KW, T(0));
+          held(b, bt);
           continue;
         }
-        const T* __restrict__ pr = Pp + bt * H3;
-        const T* __restrict__ ub = up + (b - c0) * H3;
-        T* __restrict__ r = k;
-        T* __restrict__ z = k + H;
-        T* __restrict__ n = k + 2 * H;
-        T* __restrict__ hn = k + 3 * H;
-        for (int64_t j = 0; j < 2 * H; ++j) r[j] = pr[j] + ub[j] + bp[j];   // r and z, side by side
-        rnnlens_vec::sigmoid_of(r, r, 2 * H);
-#pragma GCC ivdep
-        for (int64_t j = 0; j < H; ++j) {
-          hn[j] = ub[2 * H + j] + bp[2 * H + j];
-          n[j] = pr[2 * H + j] + r[j] * hn[j];
-        }
-        rnnlens_vec::tanh_of(n, n, H, T(1));
-#pragma GCC ivdep
-        for (int64_t j = 0; j < H; ++j) {
-          out[j] = n[j] + z[j] * (hb[j] - n[j]);
-          hb[j] = out[j];
-        }
+        row(b, bt, up + (b - c0) * GH, k);
       }
     });
   }
   });
 }
 
+// The reverse loop both share. At every step, for each row: h_prev * drop into hprev [T,B,H]
+// (time-major, for dW_hh = G^T hprev); a pad zeroes its G [T,B,GH] and dP [B,T,GH] rows and
+// adds dy + the step product's gradient to the row's h carry; otherwise row(b, bt, h_{t-1}, db, g,
+// dp) with db the gradient the step after's product sends to h_t (already times drop) writes
+// the row's G (the gradient of u + b_h) and dP. Then d = G_t W. At the end dh0 = d + hcarry.
+template <typename T, typename Row>
+void gated_backward(int64_t B, int64_t Tn, int64_t H, int64_t GH, const at::Tensor& Wt, const at::Tensor& drop,
+                    const T* dHp, const T* Hp, const T* h0p, const bool* mp, at::Tensor& G, T* dPp, T* hvp,
+                    const at::Tensor& hcarry, at::Tensor& dh0, bool onednn, const Row& row) {
+  const T* drp = drop.numel() ? drop.data_ptr<T>() : nullptr;
+  T* Gp = G.data_ptr<T>();
+  T* hcp = hcarry.data_ptr<T>();
+  over_chunks(B, chunks_of(B, Wt, onednn), [&](int64_t c0, int64_t c1, const at::Tensor& Wc) {
+  at::Tensor d = at::zeros({c1 - c0, H}, Wt.options());
+  for (int64_t t = Tn - 1; t >= 0; --t) {
+    if (drp) d.mul_(drop.narrow(0, c0, c1 - c0));     // the product read h * drop
+    const T* dd = d.data_ptr<T>();
+    rows(c0, c1, GH, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t bt = b * Tn + t;
+        const T* __restrict__ hp = t ? Hp + (bt - 1) * H : h0p + b * H;     // h_{t-1}
+        T* __restrict__ hv = hvp + (t * B + b) * H;
+        T* __restrict__ g = Gp + (t * B + b) * GH;
+        T* __restrict__ dp = dPp + bt * GH;
+        const T* __restrict__ db = dd + (b - c0) * H;
+        if (drp) {
+          const T* __restrict__ dr = drp + b * H;
+          for (int64_t j = 0; j < H; ++j) hv[j] = hp[j] * dr[j];
+        } else {
+          std::copy(hp, hp + H, hv);
+        }
+        if (mp && !mp[bt]) {                     // the state is held: its gradient passes on
+          T* __restrict__ hc = hcp + b * H;
+          const T* __restrict__ dy = dHp + bt * H;
+          for (int64_t j = 0; j < H; ++j) hc[j] += dy[j] + db[j];
+          std::fill(g, g + GH, T(0));
+          std::fill(dp, dp + GH, T(0));
+          continue;
+        }
+        row(b, bt, hp, db, g, dp);
+      }
+    });
+    d = linear(G.select(0, t).narrow(0, c0, c1 - c0), Wc, onednn);   // G_t [B,GH] @ W [GH,H]
+  }
+  if (drp) d.mul_(drop.narrow(0, c0, c1 - c0));
+  dh0.narrow(0, c0, c1 - c0).copy_(d).add_(hcarry.narrow(0, c0, c1 - c0));
+  });
+}
+
+// GRU: u = W (h_{t-1} * drop), then
+//   r = s(P_r + u_r + b_r),  z = s(P_z + u_z + b_z),  hn = u_n + b_n,
+//   n = tanh(P_n + r * hn),  h_t = n + z * (h_{t-1} - n);   K = (r, z, n, hn), KW = 4H.
+template <typename T>
+void gru_fwd_impl(const at::Tensor& P, const at::Tensor& W, const at::Tensor& bh, const at::Tensor& h0,
+                  const at::Tensor& mask, const at::Tensor& drop, at::Tensor& Hs, at::Tensor& K, bool onednn) {
+  const int64_t B = P.size(0), Tn = P.size(1), H = h0.size(1), H3 = 3 * H;
+  at::Tensor h = h0.clone(at::MemoryFormat::Contiguous);   // the running state, written in place
+  T* hp = h.data_ptr<T>();
+  const T* Pp = P.data_ptr<T>();
+  const T* bp = bh.data_ptr<T>();
+  T* Hp = Hs.data_ptr<T>();
+  const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  T* Kp = K.numel() ? K.data_ptr<T>() : nullptr;
+  gated_forward<T>(B, Tn, H3, 4 * H, h, W, drop, mp, Kp, onednn,
+    [&](int64_t b, int64_t bt, const T* __restrict__ ub, T* __restrict__ k) {
+      T* __restrict__ hb = hp + b * H;
+      T* __restrict__ out = Hp + bt * H;
+      const T* __restrict__ pr = Pp + bt * H3;
+      T* __restrict__ r = k;
+      T* __restrict__ z = k + H;
+      T* __restrict__ n = k + 2 * H;
+      T* __restrict__ hn = k + 3 * H;
+      for (int64_t j = 0; j < 2 * H; ++j) r[j] = pr[j] + ub[j] + bp[j];   // r and z, side by side
+      rnnlens_vec::sigmoid_of(r, r, 2 * H);
+#pragma GCC ivdep
+      for (int64_t j = 0; j < H; ++j) {
+        hn[j] = ub[2 * H + j] + bp[2 * H + j];
+        n[j] = pr[2 * H + j] + r[j] * hn[j];
+      }
+      rnnlens_vec::tanh_of(n, n, H, T(1));
+#pragma GCC ivdep
+      for (int64_t j = 0; j < H; ++j) {
+        out[j] = n[j] + z[j] * (hb[j] - n[j]);
+        hb[j] = out[j];
+      }
+    },
+    [&](int64_t b, int64_t bt) { std::copy(hp + b * H, hp + (b + 1) * H, Hp + bt * H); });
+}
+
 // -> {Hs [B,T,H] (the state after every step, held at pads), K [B,T,4H] (empty unless keep)}
 std::vector<at::Tensor> gru_forward(const at::Tensor& P, const at::Tensor& W, const at::Tensor& bh,
-                                    const at::Tensor& h0, const at::Tensor& mask, bool keep, bool onednn) {
+                                    const at::Tensor& h0, const at::Tensor& mask, const at::Tensor& drop, bool keep,
+                                    bool onednn) {
   TORCH_CHECK(P.dim() == 3 && h0.dim() == 2 && P.size(0) == h0.size(0) && P.size(2) == 3 * h0.size(1),
               "gru_forward: P must be [B,T,3H] and h0 [B,H]");
   TORCH_CHECK(W.size(0) == P.size(2) && W.size(1) == h0.size(1) && bh.numel() == P.size(2),
@@ -613,97 +679,205 @@ std::vector<at::Tensor> gru_forward(const at::Tensor& P, const at::Tensor& W, co
   at::Tensor Hs = at::empty({B, Tn, H}, P.options());
   at::Tensor K = keep ? at::empty({B, Tn, 4 * H}, P.options()) : at::empty({0}, P.options());
   AT_DISPATCH_FLOATING_TYPES(P.scalar_type(), "gru_forward", [&] {
-    gru_fwd_impl<scalar_t>(P.contiguous(), W.contiguous(), bh.contiguous(), h0, mask, Hs, K, onednn);
+    gru_fwd_impl<scalar_t>(P.contiguous(), W.contiguous(), bh.contiguous(), h0, mask, drop.contiguous(), Hs, K,
+                           onednn);
   });
   return {Hs, K};
 }
 
-// The reverse loop, with the forward's K: dh = dL/dh_t from the outputs, the step product of
-// the step after and the carry (z dh of the step after; dh itself across a pad). Then
+// GRU backward: dh = dL/dh_t from the outputs, the step after's product and the carry (z dh of
+// the step after; dh itself across a pad), then
 //   dn = dh (1 - z), dz = dh (h_{t-1} - n), da_n = dn (1 - n^2),
 //   da_r = da_n hn r (1 - r), da_z = dz z (1 - z),
-//   dP = (da_r, da_z, da_n), G = (da_r, da_z, da_n r)  (the gradient of u + b_h),
-//   dL/dh_{t-1} = z dh + G W.
-// out: dP [B,T,3H], dh0 [B,H], G [T,B,3H] and h_prev [T,B,H] time-major (dW_hh = G^T h_prev and
-// db_hh = the sum of G's rows, in one product and one sum by the caller).
+//   dP = (da_r, da_z, da_n), G = (da_r, da_z, da_n r),  dL/dh_{t-1} = z dh + (G W) * drop.
 template <typename T>
-void gru_bwd_impl(const at::Tensor& dH, const at::Tensor& dhT, const at::Tensor& Wt, const at::Tensor& K,
-                  const at::Tensor& Hs, const at::Tensor& h0, const at::Tensor& mask, at::Tensor& dP,
-                  at::Tensor& dh0, at::Tensor& G, at::Tensor& hprev, bool onednn) {
+void gru_bwd_impl(const at::Tensor& dH, const at::Tensor& Wt, const at::Tensor& K, const at::Tensor& Hs,
+                  const at::Tensor& h0, const at::Tensor& mask, const at::Tensor& drop, at::Tensor& carry,
+                  at::Tensor& dP, at::Tensor& dh0, at::Tensor& G, at::Tensor& hprev, bool onednn) {
   const int64_t B = dH.size(0), Tn = dH.size(1), H = dH.size(2), H3 = 3 * H;
-  at::Tensor carry = dhT.numel() ? dhT.clone(at::MemoryFormat::Contiguous) : at::zeros({B, H}, dH.options());
-  T* cp = carry.data_ptr<T>();
   const T* dHp = dH.data_ptr<T>();
   const T* Kp = K.data_ptr<T>();
-  const T* Hp = Hs.data_ptr<T>();
-  const T* h0p = h0.data_ptr<T>();
+  T* cp = carry.data_ptr<T>();
   const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
-  T* dPp = dP.data_ptr<T>();
-  T* Gp = G.data_ptr<T>();
-  T* hvp = hprev.data_ptr<T>();
-  over_chunks(B, chunks_of(B, Wt, onednn), [&](int64_t c0, int64_t c1, const at::Tensor& Wc) {
-  at::Tensor d = at::zeros({c1 - c0, H}, dH.options());
-  for (int64_t t = Tn - 1; t >= 0; --t) {
-    const T* dd = d.data_ptr<T>();
-    rows(c0, c1, H3, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t bt = b * Tn + t;
-        const T* __restrict__ hp = t ? Hp + (bt - 1) * H : h0p + b * H;     // h_{t-1}
-        T* __restrict__ hv = hvp + (t * B + b) * H;
-        T* __restrict__ g = Gp + (t * B + b) * H3;
-        T* __restrict__ dp = dPp + bt * H3;
-        T* __restrict__ cb = cp + b * H;
-        const T* __restrict__ db = dd + (b - c0) * H;
-        const T* __restrict__ dy = dHp + bt * H;
-        std::copy(hp, hp + H, hv);
-        if (mp && !mp[bt]) {                     // the state is held: its gradient passes on
-          for (int64_t j = 0; j < H; ++j) cb[j] += dy[j] + db[j];
-          std::fill(g, g + H3, T(0));
-          std::fill(dp, dp + H3, T(0));
-          continue;
-        }
-        const T* __restrict__ k = Kp + bt * 4 * H;
-        const T* __restrict__ r = k;
-        const T* __restrict__ z = k + H;
-        const T* __restrict__ n = k + 2 * H;
-        const T* __restrict__ hn = k + 3 * H;
+  gated_backward<T>(B, Tn, H, H3, Wt, drop, dHp, Hs.data_ptr<T>(), h0.data_ptr<T>(), mp, G, dP.data_ptr<T>(),
+                    hprev.data_ptr<T>(), carry, dh0, onednn,
+    [&](int64_t b, int64_t bt, const T* __restrict__ hp, const T* __restrict__ db, T* __restrict__ g,
+        T* __restrict__ dp) {
+      const T* __restrict__ k = Kp + bt * 4 * H;
+      const T* __restrict__ r = k;
+      const T* __restrict__ z = k + H;
+      const T* __restrict__ n = k + 2 * H;
+      const T* __restrict__ hn = k + 3 * H;
+      const T* __restrict__ dy = dHp + bt * H;
+      T* __restrict__ cb = cp + b * H;
 #pragma GCC ivdep
-        for (int64_t j = 0; j < H; ++j) {
-          const T dh = dy[j] + db[j] + cb[j];
-          const T dan = dh * (T(1) - z[j]) * (T(1) - n[j] * n[j]);
-          const T dar = dan * hn[j] * r[j] * (T(1) - r[j]);
-          const T daz = dh * (hp[j] - n[j]) * z[j] * (T(1) - z[j]);
-          cb[j] = dh * z[j];
-          dp[j] = dar;
-          dp[H + j] = daz;
-          dp[2 * H + j] = dan;
-          g[j] = dar;
-          g[H + j] = daz;
-          g[2 * H + j] = dan * r[j];
-        }
+      for (int64_t j = 0; j < H; ++j) {
+        const T dh = dy[j] + db[j] + cb[j];
+        const T dan = dh * (T(1) - z[j]) * (T(1) - n[j] * n[j]);
+        const T dar = dan * hn[j] * r[j] * (T(1) - r[j]);
+        const T daz = dh * (hp[j] - n[j]) * z[j] * (T(1) - z[j]);
+        cb[j] = dh * z[j];
+        dp[j] = g[j] = dar;
+        dp[H + j] = g[H + j] = daz;
+        dp[2 * H + j] = dan;
+        g[2 * H + j] = dan * r[j];
       }
     });
-    d = linear(G.select(0, t).narrow(0, c0, c1 - c0), Wc, onednn);   // G_t [B,3H] @ W [3H,H]
-  }
-  dh0.narrow(0, c0, c1 - c0).copy_(d).add_(carry.narrow(0, c0, c1 - c0));
-  });
 }
 
-// -> {dP [B,T,3H], dh0 [B,H], G [T,B,3H], h_prev [T,B,H]}
+// -> {dP [B,T,3H], dh0 [B,H], G [T,B,3H], h_prev * drop [T,B,H]}
 std::vector<at::Tensor> gru_backward(const at::Tensor& dH, const at::Tensor& dhT, const at::Tensor& W,
                                      const at::Tensor& K, const at::Tensor& Hs, const at::Tensor& h0,
-                                     const at::Tensor& mask, bool onednn) {
+                                     const at::Tensor& mask, const at::Tensor& drop, bool onednn) {
   TORCH_CHECK(K.numel() == Hs.numel() * 4, "gru_backward needs the forward's K (keep=true)");
   const int64_t B = dH.size(0), Tn = dH.size(1), H = dH.size(2);
   at::Tensor dP = at::empty({B, Tn, 3 * H}, dH.options());
   at::Tensor dh0 = at::empty({B, H}, dH.options());
   at::Tensor G = at::empty({Tn, B, 3 * H}, dH.options()), hprev = at::empty({Tn, B, H}, dH.options());
-  const at::Tensor Wt = W.t().contiguous();
+  at::Tensor carry = dhT.numel() ? dhT.clone(at::MemoryFormat::Contiguous) : at::zeros({B, H}, dH.options());
   AT_DISPATCH_FLOATING_TYPES(dH.scalar_type(), "gru_backward", [&] {
-    gru_bwd_impl<scalar_t>(dH.contiguous(), dhT, Wt, K.contiguous(), Hs.contiguous(), h0.contiguous(), mask, dP,
-                           dh0, G, hprev, onednn);
+    gru_bwd_impl<scalar_t>(dH.contiguous(), W.t().contiguous(), K.contiguous(), Hs.contiguous(), h0.contiguous(),
+                           mask, drop.contiguous(), carry, dP, dh0, G, hprev, onednn);
   });
   return {dP, dh0, G, hprev};
+}
+
+// LSTM: a = P + W (h_{t-1} * drop) + b_h,  i, f, o = s(a_i, a_f, a_o),  g = tanh(a_g),
+//   c_t = f c_{t-1} + i g,  h_t = o tanh(c_t);   Cs [B,T,H] every c;  K = (i, f, g, o, tanh c_t).
+template <typename T>
+void lstm_cell_fwd_impl(const at::Tensor& P, const at::Tensor& W, const at::Tensor& bh, const at::Tensor& h0,
+                        const at::Tensor& c0, const at::Tensor& mask, const at::Tensor& drop, at::Tensor& Hs,
+                        at::Tensor& Cs, at::Tensor& K, bool onednn) {
+  const int64_t B = P.size(0), Tn = P.size(1), H = h0.size(1), H4 = 4 * H;
+  at::Tensor h = h0.clone(at::MemoryFormat::Contiguous);
+  at::Tensor c = c0.clone(at::MemoryFormat::Contiguous);
+  T* hp = h.data_ptr<T>();
+  T* cp = c.data_ptr<T>();
+  const T* Pp = P.data_ptr<T>();
+  const T* bp = bh.data_ptr<T>();
+  T* Hp = Hs.data_ptr<T>();
+  T* Cp = Cs.data_ptr<T>();
+  const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  T* Kp = K.numel() ? K.data_ptr<T>() : nullptr;
+  gated_forward<T>(B, Tn, H4, 5 * H, h, W, drop, mp, Kp, onednn,
+    [&](int64_t b, int64_t bt, const T* __restrict__ ub, T* __restrict__ k) {
+      T* __restrict__ hb = hp + b * H;
+      T* __restrict__ cb = cp + b * H;
+      T* __restrict__ ho = Hp + bt * H;
+      T* __restrict__ co = Cp + bt * H;
+      const T* __restrict__ pr = Pp + bt * H4;
+      for (int64_t j = 0; j < H4; ++j) k[j] = pr[j] + ub[j] + bp[j];     // (i, f, g, o) pre-activations
+      rnnlens_vec::sigmoid_of(k, k, 2 * H);                              // i, f
+      rnnlens_vec::tanh_of(k + 2 * H, k + 2 * H, H, T(1));               // g
+      rnnlens_vec::sigmoid_of(k + 3 * H, k + 3 * H, H);                  // o
+      const T* __restrict__ ig = k;
+      const T* __restrict__ fg = k + H;
+      const T* __restrict__ gg = k + 2 * H;
+      const T* __restrict__ og = k + 3 * H;
+      T* __restrict__ tc = k + 4 * H;
+#pragma GCC ivdep
+      for (int64_t j = 0; j < H; ++j) {
+        co[j] = fg[j] * cb[j] + ig[j] * gg[j];
+        cb[j] = co[j];
+      }
+      rnnlens_vec::tanh_of(co, tc, H, T(1));
+#pragma GCC ivdep
+      for (int64_t j = 0; j < H; ++j) {
+        ho[j] = og[j] * tc[j];
+        hb[j] = ho[j];
+      }
+    },
+    [&](int64_t b, int64_t bt) {
+      std::copy(hp + b * H, hp + (b + 1) * H, Hp + bt * H);
+      std::copy(cp + b * H, cp + (b + 1) * H, Cp + bt * H);
+    });
+}
+
+// -> {Hs, Cs [B,T,H], K [B,T,5H] (empty unless keep)}
+std::vector<at::Tensor> lstm_cell_forward(const at::Tensor& P, const at::Tensor& W, const at::Tensor& bh,
+                                          const at::Tensor& h0, const at::Tensor& c0, const at::Tensor& mask,
+                                          const at::Tensor& drop, bool keep, bool onednn) {
+  TORCH_CHECK(P.dim() == 3 && h0.dim() == 2 && c0.sizes() == h0.sizes() && P.size(0) == h0.size(0) &&
+                  P.size(2) == 4 * h0.size(1),
+              "lstm_cell_forward: P must be [B,T,4H], h0 and c0 [B,H]");
+  TORCH_CHECK(W.size(0) == P.size(2) && W.size(1) == h0.size(1) && bh.numel() == P.size(2),
+              "lstm_cell_forward: W must be [4H,H] and bh [4H]");
+  const int64_t B = P.size(0), Tn = P.size(1), H = h0.size(1);
+  at::Tensor Hs = at::empty({B, Tn, H}, P.options()), Cs = at::empty({B, Tn, H}, P.options());
+  at::Tensor K = keep ? at::empty({B, Tn, 5 * H}, P.options()) : at::empty({0}, P.options());
+  AT_DISPATCH_FLOATING_TYPES(P.scalar_type(), "lstm_cell_forward", [&] {
+    lstm_cell_fwd_impl<scalar_t>(P.contiguous(), W.contiguous(), bh.contiguous(), h0, c0, mask, drop.contiguous(),
+                                 Hs, Cs, K, onednn);
+  });
+  return {Hs, Cs, K};
+}
+
+// LSTM backward: dh = dL/dh_t from the outputs, the step after's product (times drop) and across
+// pads; dc carried from the step after (dcT at the end). Then
+//   dc += dh o (1 - tanh(c)^2),  da_o = dh tanh(c) o (1 - o),  da_i = dc g i (1 - i),
+//   da_f = dc c_{t-1} f (1 - f),  da_g = dc i (1 - g^2),  dc_{t-1} = dc f,
+//   dP = G = (da_i, da_f, da_g, da_o),  dL/dh_{t-1} = (G W) * drop.
+template <typename T>
+void lstm_cell_bwd_impl(const at::Tensor& dH, const at::Tensor& Wt, const at::Tensor& K, const at::Tensor& Hs,
+                        const at::Tensor& Cs, const at::Tensor& h0, const at::Tensor& c0, const at::Tensor& mask,
+                        const at::Tensor& drop, at::Tensor& dc, at::Tensor& hcar, at::Tensor& dP, at::Tensor& dh0,
+                        at::Tensor& G, at::Tensor& hprev, bool onednn) {
+  const int64_t B = dH.size(0), Tn = dH.size(1), H = dH.size(2), H4 = 4 * H;
+  const T* dHp = dH.data_ptr<T>();
+  const T* Kp = K.data_ptr<T>();
+  const T* Cp = Cs.data_ptr<T>();
+  const T* c0p = c0.data_ptr<T>();
+  T* dcp = dc.data_ptr<T>();
+  T* hcp = hcar.data_ptr<T>();
+  const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  gated_backward<T>(B, Tn, H, H4, Wt, drop, dHp, Hs.data_ptr<T>(), h0.data_ptr<T>(), mp, G, dP.data_ptr<T>(),
+                    hprev.data_ptr<T>(), hcar, dh0, onednn,
+    [&](int64_t b, int64_t bt, const T* __restrict__, const T* __restrict__ db, T* __restrict__ g,
+        T* __restrict__ dp) {
+      const int64_t t = bt - b * Tn;
+      const T* __restrict__ cpv = t ? Cp + (bt - 1) * H : c0p + b * H;    // c_{t-1}
+      const T* __restrict__ k = Kp + bt * 5 * H;
+      const T* __restrict__ ig = k;
+      const T* __restrict__ fg = k + H;
+      const T* __restrict__ gg = k + 2 * H;
+      const T* __restrict__ og = k + 3 * H;
+      const T* __restrict__ tc = k + 4 * H;
+      const T* __restrict__ dy = dHp + bt * H;
+      T* __restrict__ dcb = dcp + b * H;
+      T* __restrict__ hc = hcp + b * H;
+#pragma GCC ivdep
+      for (int64_t j = 0; j < H; ++j) {
+        const T dh = dy[j] + db[j] + hc[j];
+        const T dct = dcb[j] + dh * og[j] * (T(1) - tc[j] * tc[j]);
+        dcb[j] = dct * fg[j];
+        hc[j] = T(0);
+        dp[j] = g[j] = dct * gg[j] * ig[j] * (T(1) - ig[j]);
+        dp[H + j] = g[H + j] = dct * cpv[j] * fg[j] * (T(1) - fg[j]);
+        dp[2 * H + j] = g[2 * H + j] = dct * ig[j] * (T(1) - gg[j] * gg[j]);
+        dp[3 * H + j] = g[3 * H + j] = dh * tc[j] * og[j] * (T(1) - og[j]);
+      }
+    });
+}
+
+// -> {dP [B,T,4H], dh0, dc0 [B,H], G [T,B,4H], h_prev * drop [T,B,H]}
+std::vector<at::Tensor> lstm_cell_backward(const at::Tensor& dH, const at::Tensor& dcT, const at::Tensor& W,
+                                           const at::Tensor& K, const at::Tensor& Hs, const at::Tensor& Cs,
+                                           const at::Tensor& h0, const at::Tensor& c0, const at::Tensor& mask,
+                                           const at::Tensor& drop, bool onednn) {
+  TORCH_CHECK(K.numel() == Hs.numel() * 5, "lstm_cell_backward needs the forward's K (keep=true)");
+  const int64_t B = dH.size(0), Tn = dH.size(1), H = dH.size(2);
+  at::Tensor dP = at::empty({B, Tn, 4 * H}, dH.options());
+  at::Tensor dh0 = at::empty({B, H}, dH.options());
+  at::Tensor G = at::empty({Tn, B, 4 * H}, dH.options()), hprev = at::empty({Tn, B, H}, dH.options());
+  // dc: dL/dc_t carried back (dc0 at the end); hcar: dL/dh_t carried across pads
+  at::Tensor dc = dcT.numel() ? dcT.clone(at::MemoryFormat::Contiguous) : at::zeros({B, H}, dH.options());
+  at::Tensor hcar = at::zeros({B, H}, dH.options());
+  AT_DISPATCH_FLOATING_TYPES(dH.scalar_type(), "lstm_cell_backward", [&] {
+    lstm_cell_bwd_impl<scalar_t>(dH.contiguous(), W.t().contiguous(), K.contiguous(), Hs.contiguous(),
+                                 Cs.contiguous(), h0.contiguous(), c0.contiguous(), mask, drop.contiguous(), dc,
+                                 hcar, dP, dh0, G, hprev, onednn);
+  });
+  return {dP, dh0, dc, G, hprev};
 }
 
 }  // namespace
@@ -720,9 +894,14 @@ TORCH_LIBRARY(rnnlens_affine_scan, m) {
         "Tensor s0, Tensor U, bool onednn) -> Tensor[]");
   m.def("lstm_backward_grads(Tensor dS, Tensor W, Tensor f, Tensor a_i, Tensor a_g, Tensor a_o, Tensor k, "
         "Tensor a_f, Tensor mask, Tensor S, Tensor s0, Tensor U, bool onednn) -> Tensor[]");
-  m.def("gru_forward(Tensor P, Tensor W, Tensor bh, Tensor h0, Tensor mask, bool keep, bool onednn) -> Tensor[]");
-  m.def("gru_backward(Tensor dH, Tensor dhT, Tensor W, Tensor K, Tensor Hs, Tensor h0, Tensor mask, bool onednn) "
+  m.def("gru_forward(Tensor P, Tensor W, Tensor bh, Tensor h0, Tensor mask, Tensor drop, bool keep, bool onednn) "
         "-> Tensor[]");
+  m.def("gru_backward(Tensor dH, Tensor dhT, Tensor W, Tensor K, Tensor Hs, Tensor h0, Tensor mask, Tensor drop, "
+        "bool onednn) -> Tensor[]");
+  m.def("lstm_cell_forward(Tensor P, Tensor W, Tensor bh, Tensor h0, Tensor c0, Tensor mask, Tensor drop, bool keep, "
+        "bool onednn) -> Tensor[]");
+  m.def("lstm_cell_backward(Tensor dH, Tensor dcT, Tensor W, Tensor K, Tensor Hs, Tensor Cs, Tensor h0, Tensor c0, "
+        "Tensor mask, Tensor drop, bool onednn) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(rnnlens_affine_scan, CPU, m) {
@@ -734,4 +913,6 @@ TORCH_LIBRARY_IMPL(rnnlens_affine_scan, CPU, m) {
   m.impl("lstm_backward_grads", &lstm_backward_grads);
   m.impl("gru_forward", &gru_forward);
   m.impl("gru_backward", &gru_backward);
+  m.impl("lstm_cell_forward", &lstm_cell_forward);
+  m.impl("lstm_cell_backward", &lstm_cell_backward);
 }

@@ -1,0 +1,131 @@
+"""The GRU's and the LSTM's loops over time in C++ on the CPU (csrc/affine_scan.cpp: `gru_forward`,
+`gru_backward`, `lstm_cell_forward`, `lstm_cell_backward`), torch's equations on torch's layout,
+with the weight gradients batched over every step.
+
+`gru_loop(P, W_hh, b_hh, initial_state, mask, drop)` takes the input projection P [B,T,3H] =
+W_ih x + b_ih (rows r, z, n) and returns (out [B,T,H], final [B,H]) of torch's GRU:
+
+    r = s(P_r + W_hr h~ + b_hr),  z = s(P_z + W_hz h~ + b_hz),
+    n = tanh(P_n + r * (W_hn h~ + b_hn)),  h' = (1 - z) n + z h,
+
+`lstm_loop(P, W_hh, b_hh, initial_state, mask, drop)` P [B,T,4H] (rows i, f, g, o) and returns
+(out [B,T,H], final [B,2H] = [c; h]) of torch's LSTM:
+
+    i, f, o = s(P + W_hh h~ + b_hh)_{i,f,o},  g = tanh(.)_g,  c' = f c + i g,  h' = o tanh(c'),
+
+where h~ = h * drop, drop [B,H] being a variational recurrent-dropout mask (one per sequence;
+None: no dropout). A pad (mask false) keeps the state, as in every rnnlens cell (out there is
+the state held; final is each row's state after its last real token); any mask is taken, not
+only right padding. A step is one oneDNN product and one fused pass of elementwise work (the
+gates' sigmoid and tanh vectorised), forward and backward; the backward keeps each step's gate
+gradients and forms W_hh's gradient in one product over all steps and b_hh's in one sum. With
+several threads the batch is split in chunks, one a thread, as in the other C++ loops
+(rnnlens.ops.affine).
+
+The GRU takes this loop on the CPU whenever it applies: torch's CPU GRU (ATen's loop,
+recorded op by op by autograd) takes a small weight-gradient product at every step. The LSTM
+takes it only where torch's fused kernel (oneDNN, faster) cannot go: recurrent dropout in
+training and masks that are not right padding. The cells' Python loops
+(rnnlens.cells.classic: `forward_ref`, `scan`) are the reference, and torch's kernels the other:
+the tests compare them with this path in values and gradients (float64, masks, non-zero start
+states, dropout). `available(x)` says whether it runs: a CPU float32/float64 input outside
+autocast and a compiled library; RNNLENS_CPP=0, or RNNLENS_CPP_GATED=0 for these loops alone,
+turns it off (the cells then run torch's kernels or their Python loops).
+"""
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import cpp
+from .linear import mm_t, onednn_applies
+from .precision import autocast_dtype
+from .switches import switched_off
+
+
+def available(x: torch.Tensor) -> bool:
+    """Whether the loops run for x (see the module docstring)."""
+    return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and cpp.enabled()
+            and not switched_off("RNNLENS_CPP_GATED") and autocast_dtype("cpu") is None
+            and cpp.load("affine_scan"))
+
+
+def _weight_grads(ctx, G, h_prev, T, B, H, gates):
+    """dW_hh = G^T h_prev in one product, db_hh = the sum of G's rows (each where wanted)."""
+    G = G.view(T * B, gates * H)
+    dW = mm_t(G, h_prev.view(T * B, H)) if ctx.needs_input_grad[1] else None
+    db = G.sum(0) if ctx.needs_input_grad[2] else None
+    return dW, db
+
+
+class _GRULoop(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, P, W, bh, h0, mask, drop, keep):
+        out, K = torch.ops.rnnlens_affine_scan.gru_forward(P, W, bh, h0, mask, drop, keep, onednn_applies(P, W))
+        ctx.save_for_backward(W, K, out, h0, mask, drop)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        W, K, out, h0, mask, drop = ctx.saved_tensors
+        B, T, H = out.shape
+        dP, dh0, G, h_prev = torch.ops.rnnlens_affine_scan.gru_backward(
+            dout.contiguous(), dout.new_empty(0), W, K, out, h0, mask, drop, onednn_applies(dout, W))
+        return (dP, *_weight_grads(ctx, G, h_prev, T, B, H, 3), dh0, None, None, None)
+
+
+class _LSTMLoop(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, P, W, bh, h0, c0, mask, drop, keep):
+        out, cs, K = torch.ops.rnnlens_affine_scan.lstm_cell_forward(P, W, bh, h0, c0, mask, drop, keep,
+                                                                      onednn_applies(P, W))
+        ctx.save_for_backward(W, K, out, cs, h0, c0, mask, drop)
+        return out, cs[:, -1].clone()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout, dc_last):
+        W, K, out, cs, h0, c0, mask, drop = ctx.saved_tensors
+        B, T, H = out.shape
+        dP, dh0, dc0, G, h_prev = torch.ops.rnnlens_affine_scan.lstm_cell_backward(
+            dout.contiguous(), dc_last.contiguous(), W, K, out, cs, h0, c0, mask, drop, onednn_applies(dout, W))
+        return (dP, *_weight_grads(ctx, G, h_prev, T, B, H, 4), dh0, dc0, None, None, None)
+
+
+def _args(P, W, b, gates, drop, mask, states):
+    B, T, GH = P.shape
+    H = GH // gates
+    if T == 0 or GH != gates * H or tuple(W.shape) != (GH, H) or tuple(b.shape) != (GH,):
+        raise ValueError(f"P must be [B, T>=1, {gates}H], W [{gates}H, H], b [{gates}H]; got {tuple(P.shape)}, "
+                         f"{tuple(W.shape)}, {tuple(b.shape)}")
+    m = P.new_empty(0, dtype=torch.bool) if mask is None else mask.to(device=P.device, dtype=torch.bool).contiguous()
+    d = P.new_empty(0) if drop is None else drop.to(P.dtype).expand(B, H).contiguous()
+    keep = torch.is_grad_enabled() and any(t.requires_grad for t in (P, W, b, *states))
+    return P.contiguous(), W.contiguous(), b.contiguous(), m, d, keep
+
+
+def gru_loop(P: torch.Tensor, W: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None,
+             mask: torch.Tensor | None = None, drop: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out [B,T,H], final [B,H]) of torch's GRU from P [B,T,3H] = W_ih x + b_ih, W = W_hh
+    [3H,H], b = b_hh [3H], the start state [B,H] (None: zeros), mask [B,T] (None: no pads) and
+    drop [B,H] (None: no recurrent dropout); T >= 1. Differentiable in P, W, b and the start
+    state (once)."""
+    B, H = P.shape[0], P.shape[-1] // 3
+    h0 = P.new_zeros(B, H) if initial_state is None else initial_state.to(P.dtype).expand(B, H).contiguous()
+    P, W, b, m, d, keep = _args(P, W, b, 3, drop, mask, (h0,))
+    out = _GRULoop.apply(P, W, b, h0, m, d, keep)
+    return out, out[:, -1]
+
+
+def lstm_loop(P: torch.Tensor, W: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None,
+              mask: torch.Tensor | None = None, drop: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out [B,T,H] (every h), final [B,2H] = [c; h]) of torch's LSTM from P [B,T,4H] = W_ih x +
+    b_ih, W = W_hh [4H,H], b = b_hh [4H], the start state [B,2H] = [c; h] (None: zeros), mask
+    and drop as gru_loop's; T >= 1. Differentiable in P, W, b and the start state (once)."""
+    B, H = P.shape[0], P.shape[-1] // 4
+    s0 = P.new_zeros(B, 2 * H) if initial_state is None else initial_state.to(P.dtype).expand(B, 2 * H)
+    c0, h0 = s0[:, :H].contiguous(), s0[:, H:].contiguous()
+    P, W, b, m, d, keep = _args(P, W, b, 4, drop, mask, (c0, h0))
+    out, c_last = _LSTMLoop.apply(P, W, b, h0, c0, m, d, keep)
+    return out, torch.cat([c_last, out[:, -1]], 1)
