@@ -246,3 +246,21 @@ def test_a_cell_that_extrapolates_past_the_budget_is_probed_at_a_length_that_fit
     assert rows[-1]["cell"] == "linear-rnn" and "skipped" not in rows[-1]
     rows = suite._memory(["linear-rnn"], s, speed, 0.5, False, lambda jobs, label: [{"peak_mb": 1.0}])
     assert "skipped" in rows[-1] and "estimate_mb" in rows[-1]
+
+
+def test_gated_loops_benchmark_writes_its_rows_and_leaves_the_switch_unset(tmp_path, monkeypatch):
+    import os as _os
+    import sys as _sys
+    monkeypatch.delenv("RNNLENS_CPP_GATED", raising=False)
+    _sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks import gated
+        gated.main(["--batch", "2", "--length", "3", "--size", "4", "--rounds", "1", "--threads", "1",
+                    "--out", str(tmp_path / "g.md")])
+    finally:
+        _sys.path.remove(str(REPO))
+    text = (tmp_path / "g.md").read_text()
+    assert "RNNLENS_CPP_GATED" not in _os.environ
+    for row in ("| gru | 0 |", "| gru | 0.3 |", "| lstm | 0.3 |"):
+        assert row in text
+    assert "(torch's GRU kernel)" in text and "(the Python loop)" in text
