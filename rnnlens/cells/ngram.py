@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..ops import gated_loops
 from ..ops.affine import affine_scan
 from ..ops.linear import linear
 from ..ops.precision import full_precision
@@ -130,6 +131,16 @@ class MVMA(AffineCell):
 
     def _view(self, x, mask):
         return self.base.linear_view(x, mask)
+
+    def _scan(self, x, mask, s):
+        """MVMA-G and MVM-G on the CPU: one C++ loop that forms the view's terms at each step
+        (ops.gated_loops.mvma_gru_loop); otherwise, and as the reference, the view's scan."""
+        if (self.base_name == "gru" and self.clamp is None and x.shape[1] > 0
+                and self.base.state_size == self.state_size and gated_loops.available(x)):
+            first = None if self.additive else first_tokens(mask, x.shape[0], x.shape[1], x.device)
+            return gated_loops.mvma_gru_loop(self.base._project(x), self.base.weight_hh, self.base.bias_hh, s,
+                                             mask, first)
+        return super()._scan(x, mask, s)
 
     def recurrent_weights(self):
         return self.base.recurrent_weights()

@@ -22,6 +22,10 @@ gradients and forms W_hh's gradient in one product over all steps and b_hh's in 
 several threads the batch is split in chunks, one a thread, as in the other C++ loops
 (rnnlens.ops.affine).
 
+`mvma_gru_loop` is MVMA-G's (and MVM-G's): the GRU view's terms (rnnlens.cells.gru_terms)
+formed at each step from P in the same loop (csrc/gru_view.h, shared with the view terms'
+own pass), whose reference is the view's structured scan.
+
 The GRU takes this loop on the CPU whenever it applies: torch's CPU GRU (ATen's loop,
 recorded op by op by autograd) takes a small weight-gradient product at every step. The LSTM
 takes it only where torch's fused kernel (oneDNN, faster) cannot go: recurrent dropout in
@@ -30,7 +34,8 @@ training and masks that are not right padding. The cells' Python loops
 the tests compare them with this path in values and gradients (float64, masks, non-zero start
 states, dropout). `available(x)` says whether it runs: a CPU float32/float64 input outside
 autocast and a compiled library; RNNLENS_CPP=0, or RNNLENS_CPP_GATED=0 for these loops alone,
-turns it off (the cells then run torch's kernels or their Python loops).
+turns it off (the cells then run torch's kernels, their Python loops or, MVMA-G, its view's
+structured scan).
 """
 from __future__ import annotations
 
@@ -129,3 +134,41 @@ def lstm_loop(P: torch.Tensor, W: torch.Tensor, b: torch.Tensor, initial_state: 
     P, W, b, m, d, keep = _args(P, W, b, 4, drop, mask, (c0, h0))
     out, c_last = _LSTMLoop.apply(P, W, b, h0, c0, m, d, keep)
     return out, torch.cat([c_last, out[:, -1]], 1)
+
+
+class _MVMAGRULoop(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, P, W, bh, h0, mask, first, keep):
+        out, K = torch.ops.rnnlens_affine_scan.mvma_gru_forward(P, W, bh, h0, mask, first, keep,
+                                                                 onednn_applies(P, W))
+        ctx.save_for_backward(P, W, bh, K, out, h0, mask, first)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        P, W, bh, K, out, h0, mask, first = ctx.saved_tensors
+        B, T, H = out.shape
+        dP, db_rows, dh0, G, h_prev = torch.ops.rnnlens_affine_scan.mvma_gru_backward(
+            dout.contiguous(), W, P, bh, K, out, h0, mask, first, onednn_applies(dout, W))
+        dW = mm_t(G.view(T * B, 3 * H), h_prev.view(T * B, H)) if ctx.needs_input_grad[1] else None
+        db = db_rows.sum(0) if ctx.needs_input_grad[2] else None
+        return dP, dW, db, dh0, None, None, None
+
+
+def mvma_gru_loop(P: torch.Tensor, W: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None,
+                  mask: torch.Tensor | None = None, first: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(states [B,T,H], final [B,H]) of MVMA-G (the GRU's first-order view, biases included,
+    trained directly; rnnlens.cells.ngram.MVMA) from P [B,T,3H] = W_ih x + b_ih, W = W_hh [3H,H]
+    and b = b_hh [3H]: the view's terms formed at each step of one C++ loop instead of in a pass
+    of their own (rnnlens.cells.gru_terms), then s_t = a_r u_r + a_z u_z + a_n u_n + z s_{t-1} +
+    first * g with u = W s_{t-1}. first [B,T] (MVM-G: 1 at each row's first real token, else 0;
+    None: 1 everywhere). Its reference is the view's structured scan (rnnlens.ops.affine);
+    T >= 1; differentiable in P, W, b and the start state (once)."""
+    B, H = P.shape[0], P.shape[-1] // 3
+    h0 = P.new_zeros(B, H) if initial_state is None else initial_state.to(P.dtype).expand(B, H).contiguous()
+    P, W, b, m, _, keep = _args(P, W, b, 3, None, mask, (h0,))
+    f = P.new_empty(0) if first is None else first.to(P.dtype).contiguous()
+    out = _MVMAGRULoop.apply(P, W, b, h0, m, f, keep)
+    return out, out[:, -1]

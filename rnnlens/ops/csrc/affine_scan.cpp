@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "gru_view.h"
 #include "vecmath.h"
 
 namespace {
@@ -549,12 +550,13 @@ std::vector<at::Tensor> lstm_backward_grads(const at::Tensor& dS, const at::Tens
 // where it enters W_hh. A pad (mask false) keeps the state. The forward keeps each step's gate
 // values in K [B,T,KW] for the backward (K empty: nothing kept, a scratch row instead).
 
-// The forward loop both share: for each chunk of rows, at every step one product
-// u = W (h * drop), then row(b, bt, u_b, k_b) for each row that is not a pad, held(b, bt) for
-// each pad (k_b: the row's slot of K, zeroed at a pad).
+// The forward loop they share (and MVMA-G's below): for each chunk of rows, at every step one
+// product u = W (h * drop), then row(b, bt, u_b, k_b, s) for each row that is not a pad,
+// held(b, bt) for each pad (k_b: the row's slot of K, zeroed at a pad; s: SW of scratch).
 template <typename T, typename Row, typename Held>
 void gated_forward(int64_t B, int64_t Tn, int64_t GH, int64_t KW, const at::Tensor& h, const at::Tensor& W,
-                   const at::Tensor& drop, const bool* mp, T* Kp, bool onednn, const Row& row, const Held& held) {
+                   const at::Tensor& drop, const bool* mp, T* Kp, bool onednn, const Row& row, const Held& held,
+                   int64_t SW = 0) {
   over_chunks(B, chunks_of(B, W, onednn), [&](int64_t c0, int64_t c1, const at::Tensor& Wc) {
   const at::Tensor hv = h.narrow(0, c0, c1 - c0);       // the chunk's rows of the running h
   const at::Tensor dv = drop.numel() ? drop.narrow(0, c0, c1 - c0) : drop;
@@ -562,31 +564,34 @@ void gated_forward(int64_t B, int64_t Tn, int64_t GH, int64_t KW, const at::Tens
     const at::Tensor u = linear(dv.numel() ? hv * dv : hv, Wc, onednn);
     const T* up = u.data_ptr<T>();
     rows(c0, c1, GH, [&](int64_t b0, int64_t b1) {
-      std::vector<T> scratch(Kp ? 0 : KW);
+      std::vector<T> scratch((Kp ? 0 : KW) + SW);
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t bt = b * Tn + t;
-        T* k = Kp ? Kp + bt * KW : scratch.data();
+        T* k = Kp ? Kp + bt * KW : scratch.data() + SW;
         if (mp && !mp[bt]) {
           if (Kp) std::fill(k, k + KW, T(0));
           held(b, bt);
           continue;
         }
-        row(b, bt, up + (b - c0) * GH, k);
+        row(b, bt, up + (b - c0) * GH, k, scratch.data());
       }
     });
   }
   });
 }
 
-// The reverse loop both share. At every step, for each row: h_prev * drop into hprev [T,B,H]
-// (time-major, for dW_hh = G^T hprev); a pad zeroes its G [T,B,GH] and dP [B,T,GH] rows and
+// The reverse loop they share. At every step, for each row: h_prev * drop into hprev [T,B,H]
+// (time-major, for dW_hh = G^T hprev); a pad zeroes its G [T,B,GH] and dP [B,T,PW] rows and
 // adds dy + the step product's gradient to the row's h carry; otherwise row(b, bt, h_{t-1}, db, g,
-// dp) with db the gradient the step after's product sends to h_t (already times drop) writes
-// the row's G (the gradient of u + b_h) and dP. Then d = G_t W. At the end dh0 = d + hcarry.
+// dp, s) with db the gradient the step after's product sends to h_t (already times drop) writes
+// the row's G (the gradient of u) and dP (s: SW of scratch). Then d = G_t W. At the end
+// dh0 = d + hcarry.
 template <typename T, typename Row>
 void gated_backward(int64_t B, int64_t Tn, int64_t H, int64_t GH, const at::Tensor& Wt, const at::Tensor& drop,
                     const T* dHp, const T* Hp, const T* h0p, const bool* mp, at::Tensor& G, T* dPp, T* hvp,
-                    const at::Tensor& hcarry, at::Tensor& dh0, bool onednn, const Row& row) {
+                    const at::Tensor& hcarry, at::Tensor& dh0, bool onednn, const Row& row, int64_t SW = 0,
+                    int64_t PW = 0) {
+  if (!PW) PW = GH;
   const T* drp = drop.numel() ? drop.data_ptr<T>() : nullptr;
   T* Gp = G.data_ptr<T>();
   T* hcp = hcarry.data_ptr<T>();
@@ -596,12 +601,13 @@ void gated_backward(int64_t B, int64_t Tn, int64_t H, int64_t GH, const at::Tens
     if (drp) d.mul_(drop.narrow(0, c0, c1 - c0));     // the product read h * drop
     const T* dd = d.data_ptr<T>();
     rows(c0, c1, GH, [&](int64_t b0, int64_t b1) {
+      std::vector<T> scratch(SW);
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t bt = b * Tn + t;
         const T* __restrict__ hp = t ? Hp + (bt - 1) * H : h0p + b * H;     // h_{t-1}
         T* __restrict__ hv = hvp + (t * B + b) * H;
         T* __restrict__ g = Gp + (t * B + b) * GH;
-        T* __restrict__ dp = dPp + bt * GH;
+        T* __restrict__ dp = dPp + bt * PW;
         const T* __restrict__ db = dd + (b - c0) * H;
         if (drp) {
           const T* __restrict__ dr = drp + b * H;
@@ -614,10 +620,10 @@ void gated_backward(int64_t B, int64_t Tn, int64_t H, int64_t GH, const at::Tens
           const T* __restrict__ dy = dHp + bt * H;
           for (int64_t j = 0; j < H; ++j) hc[j] += dy[j] + db[j];
           std::fill(g, g + GH, T(0));
-          std::fill(dp, dp + GH, T(0));
+          std::fill(dp, dp + PW, T(0));
           continue;
         }
-        row(b, bt, hp, db, g, dp);
+        row(b, bt, hp, db, g, dp, scratch.data());
       }
     });
     d = linear(G.select(0, t).narrow(0, c0, c1 - c0), Wc, onednn);   // G_t [B,GH] @ W [GH,H]
@@ -642,7 +648,7 @@ void gru_fwd_impl(const at::Tensor& P, const at::Tensor& W, const at::Tensor& bh
   const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
   T* Kp = K.numel() ? K.data_ptr<T>() : nullptr;
   gated_forward<T>(B, Tn, H3, 4 * H, h, W, drop, mp, Kp, onednn,
-    [&](int64_t b, int64_t bt, const T* __restrict__ ub, T* __restrict__ k) {
+    [&](int64_t b, int64_t bt, const T* __restrict__ ub, T* __restrict__ k, T*) {
       T* __restrict__ hb = hp + b * H;
       T* __restrict__ out = Hp + bt * H;
       const T* __restrict__ pr = Pp + bt * H3;
@@ -702,7 +708,7 @@ void gru_bwd_impl(const at::Tensor& dH, const at::Tensor& Wt, const at::Tensor& 
   gated_backward<T>(B, Tn, H, H3, Wt, drop, dHp, Hs.data_ptr<T>(), h0.data_ptr<T>(), mp, G, dP.data_ptr<T>(),
                     hprev.data_ptr<T>(), carry, dh0, onednn,
     [&](int64_t b, int64_t bt, const T* __restrict__ hp, const T* __restrict__ db, T* __restrict__ g,
-        T* __restrict__ dp) {
+        T* __restrict__ dp, T*) {
       const T* __restrict__ k = Kp + bt * 4 * H;
       const T* __restrict__ r = k;
       const T* __restrict__ z = k + H;
@@ -760,7 +766,7 @@ void lstm_cell_fwd_impl(const at::Tensor& P, const at::Tensor& W, const at::Tens
   const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
   T* Kp = K.numel() ? K.data_ptr<T>() : nullptr;
   gated_forward<T>(B, Tn, H4, 5 * H, h, W, drop, mp, Kp, onednn,
-    [&](int64_t b, int64_t bt, const T* __restrict__ ub, T* __restrict__ k) {
+    [&](int64_t b, int64_t bt, const T* __restrict__ ub, T* __restrict__ k, T*) {
       T* __restrict__ hb = hp + b * H;
       T* __restrict__ cb = cp + b * H;
       T* __restrict__ ho = Hp + bt * H;
@@ -833,7 +839,7 @@ void lstm_cell_bwd_impl(const at::Tensor& dH, const at::Tensor& Wt, const at::Te
   gated_backward<T>(B, Tn, H, H4, Wt, drop, dHp, Hs.data_ptr<T>(), h0.data_ptr<T>(), mp, G, dP.data_ptr<T>(),
                     hprev.data_ptr<T>(), hcar, dh0, onednn,
     [&](int64_t b, int64_t bt, const T* __restrict__, const T* __restrict__ db, T* __restrict__ g,
-        T* __restrict__ dp) {
+        T* __restrict__ dp, T*) {
       const int64_t t = bt - b * Tn;
       const T* __restrict__ cpv = t ? Cp + (bt - 1) * H : c0p + b * H;    // c_{t-1}
       const T* __restrict__ k = Kp + bt * 5 * H;
@@ -880,6 +886,139 @@ std::vector<at::Tensor> lstm_cell_backward(const at::Tensor& dH, const at::Tenso
   return {dP, dh0, dc, G, hprev};
 }
 
+// ---------------------------------------------------------------------------------------------
+// MVMA-G (and MVM-G) in one loop over time: the GRU view's terms (gru_view.h) formed at each step
+// from P = W_ih x + b_ih [B,T,3H] instead of in a pass of their own, and the step
+//   s_t = a_r u_r + a_z u_z + a_n u_n + z s_{t-1} + first * g,   u = W_hh s_{t-1}  [3H],
+// where first [B,T] (MVM: 1 at each row's first real token, else 0; empty: 1 everywhere). A pad
+// keeps s. K [B,T,3H] keeps u for the backward, which forms r, z, n again from P.
+template <typename T>
+void mvma_gru_fwd_impl(const at::Tensor& P, const at::Tensor& W, const at::Tensor& bh, const at::Tensor& h0,
+                       const at::Tensor& mask, const at::Tensor& first, at::Tensor& Hs, at::Tensor& K,
+                       bool onednn) {
+  const int64_t B = P.size(0), Tn = P.size(1), H = h0.size(1), H3 = 3 * H;
+  at::Tensor h = h0.clone(at::MemoryFormat::Contiguous);
+  T* hp = h.data_ptr<T>();
+  const T* Pp = P.data_ptr<T>();
+  const T* bp = bh.data_ptr<T>();
+  const T* fp = first.numel() ? first.data_ptr<T>() : nullptr;
+  T* Hp = Hs.data_ptr<T>();
+  const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  T* Kp = K.numel() ? K.data_ptr<T>() : nullptr;
+  gated_forward<T>(B, Tn, H3, H3, h, W, at::empty({0}, P.options()), mp, Kp, onednn,
+    [&](int64_t b, int64_t bt, const T* __restrict__ ub, T* __restrict__ k, T* sc) {
+      T* __restrict__ r = sc;
+      T* __restrict__ z = sc + H;
+      T* __restrict__ n = sc + 2 * H;
+      rnnlens_gru_view::gates(Pp + bt * H3, bp, r, z, n, sc + 3 * H, H);
+      if (Kp) std::copy(ub, ub + H3, k);
+      const T f = fp ? fp[bt] : T(1);
+      const T* __restrict__ bhn = bp + 2 * H;
+      T* __restrict__ hb = hp + b * H;
+      T* __restrict__ out = Hp + bt * H;
+#pragma GCC ivdep
+      for (int64_t j = 0; j < H; ++j) {
+        const T zz = z[j], nj = n[j], rr = r[j];
+        const T dn = (T(1) - zz) * (T(1) - nj * nj);
+        out[j] = dn * bhn[j] * rr * (T(1) - rr) * ub[j] - nj * zz * (T(1) - zz) * ub[H + j] + dn * rr * ub[2 * H + j] +
+                 zz * hb[j] + f * (T(1) - zz) * nj;
+        hb[j] = out[j];
+      }
+    },
+    [&](int64_t b, int64_t bt) { std::copy(hp + b * H, hp + (b + 1) * H, Hp + bt * H); }, 4 * H);
+}
+
+// -> {Hs [B,T,H], K [B,T,3H] (empty unless keep)}
+std::vector<at::Tensor> mvma_gru_forward(const at::Tensor& P, const at::Tensor& W, const at::Tensor& bh,
+                                         const at::Tensor& h0, const at::Tensor& mask, const at::Tensor& first,
+                                         bool keep, bool onednn) {
+  TORCH_CHECK(P.dim() == 3 && h0.dim() == 2 && P.size(0) == h0.size(0) && P.size(2) == 3 * h0.size(1),
+              "mvma_gru_forward: P must be [B,T,3H] and h0 [B,H]");
+  TORCH_CHECK(W.size(0) == P.size(2) && W.size(1) == h0.size(1) && bh.numel() == P.size(2),
+              "mvma_gru_forward: W must be [3H,H] and bh [3H]");
+  const int64_t B = P.size(0), Tn = P.size(1), H = h0.size(1);
+  at::Tensor Hs = at::empty({B, Tn, H}, P.options());
+  at::Tensor K = keep ? at::empty({B, Tn, 3 * H}, P.options()) : at::empty({0}, P.options());
+  AT_DISPATCH_FLOATING_TYPES(P.scalar_type(), "mvma_gru_forward", [&] {
+    mvma_gru_fwd_impl<scalar_t>(P.contiguous(), W.contiguous(), bh.contiguous(), h0, mask, first.contiguous(), Hs,
+                                K, onednn);
+  });
+  return {Hs, K};
+}
+
+// MVMA-G's reverse loop: dh from the outputs, the step after's product and the carry (z dh);
+// G = dh (a_r, a_z, a_n) for the product and dW_hh; the terms' gradients dL/dg = first dh,
+// dL/dcoef = dh u, dL/ddiag = dh s_{t-1} through gru_view.h's backward to dP, and b_hh's
+// gradient summed per row into dbrows [B,3H] (the caller sums the rows).
+template <typename T>
+void mvma_gru_bwd_impl(const at::Tensor& dH, const at::Tensor& Wt, const at::Tensor& P, const at::Tensor& bh,
+                       const at::Tensor& K, const at::Tensor& Hs, const at::Tensor& h0, const at::Tensor& mask,
+                       const at::Tensor& first, at::Tensor& carry, at::Tensor& dP, at::Tensor& dbrows,
+                       at::Tensor& dh0, at::Tensor& G, at::Tensor& hprev, bool onednn) {
+  const int64_t B = dH.size(0), Tn = dH.size(1), H = dH.size(2), H3 = 3 * H;
+  const T* dHp = dH.data_ptr<T>();
+  const T* Pp = P.data_ptr<T>();
+  const T* bp = bh.data_ptr<T>();
+  const T* Kp = K.data_ptr<T>();
+  const T* fp = first.numel() ? first.data_ptr<T>() : nullptr;
+  T* cp = carry.data_ptr<T>();
+  T* dbp = dbrows.data_ptr<T>();
+  const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  gated_backward<T>(B, Tn, H, H3, Wt, at::empty({0}, P.options()), dHp, Hs.data_ptr<T>(), h0.data_ptr<T>(), mp, G,
+                    dP.data_ptr<T>(), hprev.data_ptr<T>(), carry, dh0, onednn,
+    [&](int64_t b, int64_t bt, const T* __restrict__ hp, const T* __restrict__ db, T* __restrict__ g,
+        T* __restrict__ dp, T* sc) {
+      T* __restrict__ r = sc;
+      T* __restrict__ z = sc + H;
+      T* __restrict__ n = sc + 2 * H;
+      T* __restrict__ dg = sc + 4 * H;
+      T* __restrict__ dc = sc + 5 * H;
+      T* __restrict__ dd = sc + 8 * H;
+      rnnlens_gru_view::gates(Pp + bt * H3, bp, r, z, n, sc + 3 * H, H);
+      const T* __restrict__ u = Kp + bt * H3;
+      const T* __restrict__ dy = dHp + bt * H;
+      const T* __restrict__ bhn = bp + 2 * H;
+      T* __restrict__ cb = cp + b * H;
+      const T f = fp ? fp[bt] : T(1);
+#pragma GCC ivdep
+      for (int64_t j = 0; j < H; ++j) {
+        const T dh = dy[j] + db[j] + cb[j];
+        const T zz = z[j], nj = n[j], rr = r[j];
+        const T dn = (T(1) - zz) * (T(1) - nj * nj);
+        cb[j] = dh * zz;
+        g[j] = dh * dn * bhn[j] * rr * (T(1) - rr);
+        g[H + j] = -dh * nj * zz * (T(1) - zz);
+        g[2 * H + j] = dh * dn * rr;
+        dg[j] = dh * f;
+        dc[j] = dh * u[j];
+        dc[H + j] = dh * u[H + j];
+        dc[2 * H + j] = dh * u[2 * H + j];
+        dd[j] = dh * hp[j];
+      }
+      rnnlens_gru_view::backward(r, z, n, bp, dg, dc, dd, dp, dbp + b * H3, H);
+    }, 9 * H);
+}
+
+// -> {dP [B,T,3H], dbrows [B,3H], dh0 [B,H], G [T,B,3H], h_prev [T,B,H]}
+std::vector<at::Tensor> mvma_gru_backward(const at::Tensor& dH, const at::Tensor& W, const at::Tensor& P,
+                                          const at::Tensor& bh, const at::Tensor& K, const at::Tensor& Hs,
+                                          const at::Tensor& h0, const at::Tensor& mask, const at::Tensor& first,
+                                          bool onednn) {
+  TORCH_CHECK(K.numel() == Hs.numel() * 3, "mvma_gru_backward needs the forward's K (keep=true)");
+  const int64_t B = dH.size(0), Tn = dH.size(1), H = dH.size(2);
+  at::Tensor dP = at::empty({B, Tn, 3 * H}, dH.options());
+  at::Tensor dbrows = at::zeros({B, 3 * H}, dH.options());
+  at::Tensor dh0 = at::empty({B, H}, dH.options());
+  at::Tensor G = at::empty({Tn, B, 3 * H}, dH.options()), hprev = at::empty({Tn, B, H}, dH.options());
+  at::Tensor carry = at::zeros({B, H}, dH.options());
+  AT_DISPATCH_FLOATING_TYPES(dH.scalar_type(), "mvma_gru_backward", [&] {
+    mvma_gru_bwd_impl<scalar_t>(dH.contiguous(), W.t().contiguous(), P.contiguous(), bh.contiguous(), K.contiguous(),
+                                Hs.contiguous(), h0.contiguous(), mask, first.contiguous(), carry, dP, dbrows, dh0,
+                                G, hprev, onednn);
+  });
+  return {dP, dbrows, dh0, G, hprev};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(rnnlens_affine_scan, m) {
@@ -900,6 +1039,10 @@ TORCH_LIBRARY(rnnlens_affine_scan, m) {
         "bool onednn) -> Tensor[]");
   m.def("lstm_cell_forward(Tensor P, Tensor W, Tensor bh, Tensor h0, Tensor c0, Tensor mask, Tensor drop, bool keep, "
         "bool onednn) -> Tensor[]");
+  m.def("mvma_gru_forward(Tensor P, Tensor W, Tensor bh, Tensor h0, Tensor mask, Tensor first, bool keep, "
+        "bool onednn) -> Tensor[]");
+  m.def("mvma_gru_backward(Tensor dH, Tensor W, Tensor P, Tensor bh, Tensor K, Tensor Hs, Tensor h0, Tensor mask, "
+        "Tensor first, bool onednn) -> Tensor[]");
   m.def("lstm_cell_backward(Tensor dH, Tensor dcT, Tensor W, Tensor K, Tensor Hs, Tensor Cs, Tensor h0, Tensor c0, "
         "Tensor mask, Tensor drop, bool onednn) -> Tensor[]");
 }
@@ -915,4 +1058,6 @@ TORCH_LIBRARY_IMPL(rnnlens_affine_scan, CPU, m) {
   m.impl("gru_backward", &gru_backward);
   m.impl("lstm_cell_forward", &lstm_cell_forward);
   m.impl("lstm_cell_backward", &lstm_cell_backward);
+  m.impl("mvma_gru_forward", &mvma_gru_forward);
+  m.impl("mvma_gru_backward", &mvma_gru_backward);
 }

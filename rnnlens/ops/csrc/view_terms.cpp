@@ -19,6 +19,7 @@
 #include <cmath>
 #include <vector>
 
+#include "gru_view.h"
 #include "vecmath.h"
 
 // The loops over a position's H values carry `#pragma GCC ivdep`: their rows never overlap, but
@@ -38,22 +39,14 @@ template <typename T>
 void gru_fwd(const T* P, const T* bhh, T* g, T* coef, T* diag, int64_t N, int64_t H) {
   const T* bhn = bhh + 2 * H;
   at::parallel_for(0, N, kGrain, [&](int64_t n0, int64_t n1) {
-    std::vector<T> v(H), w(H), nn(H);
+    std::vector<T> r(H), v(H), nn(H);
     for (int64_t p = n0; p < n1; ++p) {
-      const T* __restrict__ pr = P + p * 3 * H;
-      const T* __restrict__ pz = pr + H;
-      const T* __restrict__ xn = pr + 2 * H;
-      T* __restrict__ r = coef + p * 3 * H;          // a_r's slot holds r until the end
-      T* __restrict__ ar = r;
-      T* __restrict__ az = r + H;
-      T* __restrict__ an = r + 2 * H;
       T* __restrict__ z = diag + p * H;
+      rnnlens_gru_view::gates(P + p * 3 * H, bhh, r.data(), z, nn.data(), v.data(), H);
+      T* __restrict__ ar = coef + p * 3 * H;
+      T* __restrict__ az = ar + H;
+      T* __restrict__ an = ar + 2 * H;
       T* __restrict__ gp = g + p * H;
-      for (int64_t j = 0; j < H; ++j) { v[j] = pr[j] + bhh[j]; w[j] = pz[j] + bhh[H + j]; }
-      sigmoid_of(v.data(), r, H);
-      sigmoid_of(w.data(), z, H);
-      for (int64_t j = 0; j < H; ++j) v[j] = xn[j] + r[j] * bhn[j];
-      tanh_of(v.data(), nn.data(), H, T(1));
 #pragma GCC ivdep
       for (int64_t j = 0; j < H; ++j) {
         const T n = nn[j], zz = z[j], rr = r[j];
@@ -70,42 +63,17 @@ void gru_fwd(const T* P, const T* bhh, T* g, T* coef, T* diag, int64_t N, int64_
 // dP [N,3H] written; dbhh [3H] accumulated (summed over the positions; per-task partial sums)
 template <typename T>
 void gru_bwd(const T* P, const T* bhh, const T* G, const T* C, const T* D, T* dP, T* dbhh, int64_t N, int64_t H) {
-  const T* bhn = bhh + 2 * H;
   const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), (N + kGrain - 1) / kGrain));
   std::vector<T> partial(nt * 3 * H, T(0));
   const int64_t chunk = (N + nt - 1) / nt;
   at::parallel_for(0, nt, 1, [&](int64_t t0, int64_t t1) {
     std::vector<T> r(H), z(H), v(H), nn(H);
     for (int64_t task = t0; task < t1; ++task) {
-      T* __restrict__ db = partial.data() + task * 3 * H;
+      T* db = partial.data() + task * 3 * H;
       for (int64_t p = task * chunk; p < std::min(N, (task + 1) * chunk); ++p) {
-        const T* __restrict__ pr = P + p * 3 * H;
-        for (int64_t j = 0; j < H; ++j) { v[j] = pr[j] + bhh[j]; nn[j] = pr[H + j] + bhh[H + j]; }
-        sigmoid_of(v.data(), r.data(), H);
-        sigmoid_of(nn.data(), z.data(), H);
-        for (int64_t j = 0; j < H; ++j) v[j] = pr[2 * H + j] + r[j] * bhn[j];
-        tanh_of(v.data(), nn.data(), H, T(1));
-        const T* __restrict__ gg = G + p * H;
-        const T* __restrict__ cr = C + p * 3 * H;
-        const T* __restrict__ dd = D + p * H;
-        T* __restrict__ out = dP + p * 3 * H;
-#pragma GCC ivdep
-        for (int64_t j = 0; j < H; ++j) {
-          const T n = nn[j], zz = z[j], rr = r[j], b = bhn[j];
-          const T q = T(1) - n * n, sr = rr * (T(1) - rr), sz = zz * (T(1) - zz);
-          const T dn = (T(1) - zz) * q;
-          const T Gj = gg[j], Dj = dd[j], Cr = cr[j], Cz = cr[H + j], Cn = cr[2 * H + j];
-          const T dz = -Gj * n - Cr * q * b * sr - Cz * n * (T(1) - T(2) * zz) - Cn * q * rr + Dj;
-          const T dnt = Gj * (T(1) - zz) - (Cr * b * sr + Cn * rr) * T(2) * n * (T(1) - zz) - Cz * sz;
-          const T dv = dnt * q;
-          const T dr = Cr * dn * b * (T(1) - T(2) * rr) + Cn * dn + dv * b;
-          out[j] = dr * sr;
-          out[H + j] = dz * sz;
-          out[2 * H + j] = dv;
-          db[j] += dr * sr;
-          db[H + j] += dz * sz;
-          db[2 * H + j] += Cr * dn * sr + dv * rr;
-        }
+        rnnlens_gru_view::gates(P + p * 3 * H, bhh, r.data(), z.data(), nn.data(), v.data(), H);
+        rnnlens_gru_view::backward(r.data(), z.data(), nn.data(), bhh, G + p * H, C + p * 3 * H, D + p * H,
+                                   dP + p * 3 * H, db, H);
       }
     }
   });
