@@ -133,13 +133,16 @@ class MVMA(AffineCell):
         return self.base.linear_view(x, mask)
 
     def _scan(self, x, mask, s):
-        """MVMA-G and MVM-G on the CPU: one C++ loop that forms the view's terms at each step
-        (ops.gated_loops.mvma_gru_loop); otherwise, and as the reference, the view's scan."""
-        if (self.base_name == "gru" and self.clamp is None and x.shape[1] > 0
-                and self.base.state_size == self.state_size and gated_loops.available(x)):
+        """MVMA-G/-L and MVM-G/-L on the CPU: one C++ loop that forms the view's terms at each
+        step (ops.gated_loops.mvma_gru_loop, mvma_lstm_loop); otherwise, and as the reference,
+        the view's scan."""
+        if self.base_name in ("gru", "lstm") and self.clamp is None and x.shape[1] > 0 and gated_loops.available(x):
+            b = self.base
             first = None if self.additive else first_tokens(mask, x.shape[0], x.shape[1], x.device)
-            return gated_loops.mvma_gru_loop(self.base._project(x), self.base.weight_hh, self.base.bias_hh, s,
-                                             mask, first)
+            if self.base_name == "gru":
+                return gated_loops.mvma_gru_loop(b._project(x), b.weight_hh, b.bias_hh, s, mask, first)
+            return gated_loops.mvma_lstm_loop(linear(x, b.weight_ih, b.bias_ih + b.bias_hh), b.weight_hh, s, mask,
+                                              first)
         return super()._scan(x, mask, s)
 
     def recurrent_weights(self):

@@ -22,9 +22,10 @@ gradients and forms W_hh's gradient in one product over all steps and b_hh's in 
 several threads the batch is split in chunks, one a thread, as in the other C++ loops
 (rnnlens.ops.affine).
 
-`mvma_gru_loop` is MVMA-G's (and MVM-G's): the GRU view's terms (rnnlens.cells.gru_terms)
-formed at each step from P in the same loop (csrc/gru_view.h, shared with the view terms'
-own pass), whose reference is the view's structured scan.
+`mvma_gru_loop` is MVMA-G's (and MVM-G's), `mvma_lstm_loop` MVMA-L's (and MVM-L's): the GRU's
+or the LSTM's view terms (rnnlens.cells.gru_terms, lstm_terms) formed at each step in the same
+loop (csrc/gru_view.h and lstm_view.h, shared with the view terms' own passes), whose
+references are the views' structured and block scans (rnnlens.ops.affine).
 
 The GRU takes this loop on the CPU whenever it applies: torch's CPU GRU (ATen's loop,
 recorded op by op by autograd) takes a small weight-gradient product at every step. The LSTM
@@ -34,8 +35,8 @@ training and masks that are not right padding. The cells' Python loops
 the tests compare them with this path in values and gradients (float64, masks, non-zero start
 states, dropout). `available(x)` says whether it runs: a CPU float32/float64 input outside
 autocast and a compiled library; RNNLENS_CPP=0, or RNNLENS_CPP_GATED=0 for these loops alone,
-turns it off (the cells then run torch's kernels, their Python loops or, MVMA-G, its view's
-structured scan).
+turns it off (the cells then run torch's kernels, their Python loops or, MVMA, their views'
+structured or block scans).
 """
 from __future__ import annotations
 
@@ -55,11 +56,12 @@ def available(x: torch.Tensor) -> bool:
             and cpp.load("affine_scan"))
 
 
-def _weight_grads(ctx, G, h_prev, T, B, H, gates):
-    """dW_hh = G^T h_prev in one product, db_hh = the sum of G's rows (each where wanted)."""
+def _weight_grads(ctx, G, h_prev, T, B, H, gates, bias=True):
+    """dW_hh = G^T h_prev in one product (input 1 of the Function), and with `bias` db_hh = the
+    sum of G's rows (input 2), each where wanted."""
     G = G.view(T * B, gates * H)
     dW = mm_t(G, h_prev.view(T * B, H)) if ctx.needs_input_grad[1] else None
-    db = G.sum(0) if ctx.needs_input_grad[2] else None
+    db = G.sum(0) if bias and ctx.needs_input_grad[2] else None
     return dW, db
 
 
@@ -151,9 +153,8 @@ class _MVMAGRULoop(torch.autograd.Function):
         B, T, H = out.shape
         dP, db_rows, dh0, G, h_prev = torch.ops.rnnlens_affine_scan.mvma_gru_backward(
             dout.contiguous(), W, P, bh, K, out, h0, mask, first, onednn_applies(dout, W))
-        dW = mm_t(G.view(T * B, 3 * H), h_prev.view(T * B, H)) if ctx.needs_input_grad[1] else None
-        db = db_rows.sum(0) if ctx.needs_input_grad[2] else None
-        return dP, dW, db, dh0, None, None, None
+        dW, _ = _weight_grads(ctx, G, h_prev, T, B, H, 3, bias=False)
+        return dP, dW, db_rows.sum(0) if ctx.needs_input_grad[2] else None, dh0, None, None, None
 
 
 def mvma_gru_loop(P: torch.Tensor, W: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None,
@@ -172,3 +173,46 @@ def mvma_gru_loop(P: torch.Tensor, W: torch.Tensor, b: torch.Tensor, initial_sta
     f = P.new_empty(0) if first is None else first.to(P.dtype).contiguous()
     out = _MVMAGRULoop.apply(P, W, b, h0, m, f, keep)
     return out, out[:, -1]
+
+
+class _MVMALSTMLoop(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, Z, W3, c0, h0, mask, first, keep):
+        states, K = torch.ops.rnnlens_affine_scan.mvma_lstm_forward(Z, W3, c0, h0, mask, first, keep,
+                                                                     onednn_applies(Z, W3))
+        ctx.save_for_backward(Z, W3, K, states, c0, h0, mask, first)
+        return states
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dstates):
+        Z, W3, K, states, c0, h0, mask, first = ctx.saved_tensors
+        B, T, S = states.shape
+        H = S // 2
+        dZ, dc0, dh0, G, h_prev = torch.ops.rnnlens_affine_scan.mvma_lstm_backward(
+            dstates.contiguous(), W3, Z, K, states, c0, h0, mask, first, onednn_applies(dstates, W3))
+        dW3, _ = _weight_grads(ctx, G, h_prev, T, B, H, 3, bias=False)
+        return dZ, dW3, dc0, dh0, None, None, None
+
+
+def mvma_lstm_loop(Z: torch.Tensor, W: torch.Tensor, initial_state: torch.Tensor | None = None,
+                   mask: torch.Tensor | None = None, first: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(states [B,T,2H] = [c; h], final [B,2H]) of MVMA-L (the LSTM's first-order view, biases
+    included, trained directly) from Z [B,T,4H] = W_ih x + b_ih + b_hh and W = W_hh [4H,H]: the
+    view's terms (rnnlens.cells.lstm_terms) formed at each step of one C++ loop, then the block
+    step of rnnlens.ops.affine's LSTMView (W_hf drops out of the view). first as mvma_gru_loop's.
+    Its reference is the view's block scan; T >= 1; differentiable in Z, W and the start state
+    [B,2H] = [c; h] (once)."""
+    B, T, H4 = Z.shape
+    H = H4 // 4
+    if T == 0 or H4 != 4 * H or tuple(W.shape) != (H4, H):
+        raise ValueError(f"Z must be [B, T>=1, 4H] and W [4H, H]; got {tuple(Z.shape)}, {tuple(W.shape)}")
+    s0 = Z.new_zeros(B, 2 * H) if initial_state is None else initial_state.to(Z.dtype).expand(B, 2 * H)
+    c0, h0 = s0[:, :H].contiguous(), s0[:, H:].contiguous()
+    W3 = torch.cat([W[:H], W[2 * H:]])
+    m = Z.new_empty(0, dtype=torch.bool) if mask is None else mask.to(device=Z.device, dtype=torch.bool).contiguous()
+    f = Z.new_empty(0) if first is None else first.to(Z.dtype).contiguous()
+    keep = torch.is_grad_enabled() and any(t.requires_grad for t in (Z, W3, c0, h0))
+    states = _MVMALSTMLoop.apply(Z.contiguous(), W3, c0, h0, m, f, keep)
+    return states, states[:, -1]

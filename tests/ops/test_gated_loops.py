@@ -228,13 +228,13 @@ def test_bad_shapes_are_refused():
         gl.lstm_loop(torch.randn(2, 3, 6), torch.randn(6, 2), torch.randn(6))
 
 
-@pytest.mark.parametrize("name", ["mvma-g", "mvm-g"])
+@pytest.mark.parametrize("name", ["mvma-g", "mvm-g", "mvma-l", "mvm-l"])
 @pytest.mark.parametrize("mask_kind", ["none", "right", "mixed"])
 @pytest.mark.parametrize("B", [3, 24])
-def test_mvma_g_loop_equals_the_views_scan_and_the_dense_reference(name, mask_kind, B, monkeypatch):
-    """MVMA-G and MVM-G (g at the first real token only) through the loop that forms the view's
-    terms at each step: the same values and gradients as the view's structured scan
-    (RNNLENS_CPP_GATED=0) and as the dense step of the paper's equations (forward_ref)."""
+def test_mvma_loops_equal_the_views_scan_and_the_dense_reference(name, mask_kind, B, monkeypatch):
+    """MVMA-G/-L and MVM-G/-L (g at the first real token only) through the loops that form the
+    view's terms at each step: the same values and gradients as the view's structured or block
+    scan (RNNLENS_CPP_GATED=0) and as the dense step of the paper's equations (forward_ref)."""
     torch.set_num_threads(2)
     cell = make(name)
     torch.manual_seed(3)
@@ -243,8 +243,9 @@ def test_mvma_g_loop_equals_the_views_scan_and_the_dense_reference(name, mask_ki
     mask = masks(B, 7)[mask_kind]
     wrt = [x, s0, *cell.parameters()]
     calls = []
-    real = gl.mvma_gru_loop
-    monkeypatch.setattr(gl, "mvma_gru_loop", lambda *a, **k: calls.append(1) or real(*a, **k))
+    loop = "mvma_gru_loop" if name.endswith("g") else "mvma_lstm_loop"
+    real = getattr(gl, loop)
+    monkeypatch.setattr(gl, loop, lambda *a, **k: calls.append(1) or real(*a, **k))
     check_against(cell(x, mask, s0), cell.forward_ref(x, mask, s0), wrt, tol=1e-10)
     assert calls
     check_against(cell(x, mask, s0), _structured(cell, x, mask, s0, monkeypatch), wrt)
@@ -258,17 +259,22 @@ def _structured(cell, x, mask, s0, monkeypatch):
         return cell(x, mask, s0)
 
 
-def test_mvma_g_loop_gradcheck_and_no_grad():
+@pytest.mark.parametrize("base", ["gru", "lstm"])
+def test_mvma_loops_gradcheck_and_no_grad(base):
     torch.manual_seed(7)
     B, T, h = 3, 4, 3
-    P = torch.randn(B, T, 3 * h, dtype=torch.float64, requires_grad=True)
-    W = (torch.randn(3 * h, h, dtype=torch.float64) * 0.5).requires_grad_()
+    G = 3 if base == "gru" else 4
+    P = torch.randn(B, T, G * h, dtype=torch.float64, requires_grad=True)
+    W = (torch.randn(G * h, h, dtype=torch.float64) * 0.5).requires_grad_()
     b = torch.randn(3 * h, dtype=torch.float64, requires_grad=True)
-    s0 = torch.randn(B, h, dtype=torch.float64, requires_grad=True)
+    s0 = torch.randn(B, h * (1 if base == "gru" else 2), dtype=torch.float64, requires_grad=True)
     mask = torch.tensor([[1, 1, 0, 1], [0, 0, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)
     first = torch.tensor([[1, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]], dtype=torch.float64)
+
+    def loop(P, W, b, s0, **k):
+        return gl.mvma_gru_loop(P, W, b, s0, **k) if base == "gru" else gl.mvma_lstm_loop(P, W, s0, **k)
     for f in (None, first):
-        assert torch.autograd.gradcheck(lambda *a: gl.mvma_gru_loop(*a, mask=mask, first=f), (P, W, b, s0))
+        assert torch.autograd.gradcheck(lambda *a: loop(*a, mask=mask, first=f), (P, W, b, s0))
     with torch.no_grad():
-        out, final = gl.mvma_gru_loop(P, W, b, s0, mask)
+        out, final = loop(P, W, b, s0, mask=mask)
     assert not out.requires_grad and max_diff(final, out[:, -1]) == 0

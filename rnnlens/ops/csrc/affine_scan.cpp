@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "gru_view.h"
+#include "lstm_view.h"
 #include "vecmath.h"
 
 namespace {
@@ -582,19 +583,18 @@ void gated_forward(int64_t B, int64_t Tn, int64_t GH, int64_t KW, const at::Tens
 
 // The reverse loop they share. At every step, for each row: h_prev * drop into hprev [T,B,H]
 // (time-major, for dW_hh = G^T hprev); a pad zeroes its G [T,B,GH] and dP [B,T,PW] rows and
-// adds dy + the step product's gradient to the row's h carry; otherwise row(b, bt, h_{t-1}, db, g,
-// dp, s) with db the gradient the step after's product sends to h_t (already times drop) writes
-// the row's G (the gradient of u) and dP (s: SW of scratch). Then d = G_t W. At the end
-// dh0 = d + hcarry.
-template <typename T, typename Row>
+// calls pad(b, bt, db) (which passes the gradients on to the carries: the state is held);
+// otherwise row(b, bt, h_{t-1}, db, g, dp, s) writes the row's G (the gradient of u) and dP
+// (s: SW of scratch). db: the gradient the step after's product sends to h_t (already times
+// drop). Then d = G_t W. At the end dh0 = d + hcarry (the h carry the callbacks keep). The h
+// states are read at Hp + (b T + t) HS (h0p [B,H] before the first step).
+template <typename T, typename Row, typename Pad>
 void gated_backward(int64_t B, int64_t Tn, int64_t H, int64_t GH, const at::Tensor& Wt, const at::Tensor& drop,
-                    const T* dHp, const T* Hp, const T* h0p, const bool* mp, at::Tensor& G, T* dPp, T* hvp,
-                    const at::Tensor& hcarry, at::Tensor& dh0, bool onednn, const Row& row, int64_t SW = 0,
-                    int64_t PW = 0) {
-  if (!PW) PW = GH;
+                    const T* Hp, int64_t HS, const T* h0p, const bool* mp, at::Tensor& G, T* dPp, int64_t PW, T* hvp,
+                    const at::Tensor& hcarry, at::Tensor& dh0, bool onednn, const Row& row, const Pad& pad,
+                    int64_t SW = 0) {
   const T* drp = drop.numel() ? drop.data_ptr<T>() : nullptr;
   T* Gp = G.data_ptr<T>();
-  T* hcp = hcarry.data_ptr<T>();
   over_chunks(B, chunks_of(B, Wt, onednn), [&](int64_t c0, int64_t c1, const at::Tensor& Wc) {
   at::Tensor d = at::zeros({c1 - c0, H}, Wt.options());
   for (int64_t t = Tn - 1; t >= 0; --t) {
@@ -604,7 +604,7 @@ void gated_backward(int64_t B, int64_t Tn, int64_t H, int64_t GH, const at::Tens
       std::vector<T> scratch(SW);
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t bt = b * Tn + t;
-        const T* __restrict__ hp = t ? Hp + (bt - 1) * H : h0p + b * H;     // h_{t-1}
+        const T* __restrict__ hp = t ? Hp + (bt - 1) * HS : h0p + b * H;    // h_{t-1}
         T* __restrict__ hv = hvp + (t * B + b) * H;
         T* __restrict__ g = Gp + (t * B + b) * GH;
         T* __restrict__ dp = dPp + bt * PW;
@@ -616,11 +616,9 @@ void gated_backward(int64_t B, int64_t Tn, int64_t H, int64_t GH, const at::Tens
           std::copy(hp, hp + H, hv);
         }
         if (mp && !mp[bt]) {                     // the state is held: its gradient passes on
-          T* __restrict__ hc = hcp + b * H;
-          const T* __restrict__ dy = dHp + bt * H;
-          for (int64_t j = 0; j < H; ++j) hc[j] += dy[j] + db[j];
           std::fill(g, g + GH, T(0));
           std::fill(dp, dp + PW, T(0));
+          pad(b, bt, db);
           continue;
         }
         row(b, bt, hp, db, g, dp, scratch.data());
@@ -705,7 +703,12 @@ void gru_bwd_impl(const at::Tensor& dH, const at::Tensor& Wt, const at::Tensor& 
   const T* Kp = K.data_ptr<T>();
   T* cp = carry.data_ptr<T>();
   const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
-  gated_backward<T>(B, Tn, H, H3, Wt, drop, dHp, Hs.data_ptr<T>(), h0.data_ptr<T>(), mp, G, dP.data_ptr<T>(),
+  const auto pad = [&](int64_t b, int64_t bt, const T* __restrict__ db) {
+    T* __restrict__ cb = cp + b * H;
+    const T* __restrict__ dy = dHp + bt * H;
+    for (int64_t j = 0; j < H; ++j) cb[j] += dy[j] + db[j];
+  };
+  gated_backward<T>(B, Tn, H, H3, Wt, drop, Hs.data_ptr<T>(), H, h0.data_ptr<T>(), mp, G, dP.data_ptr<T>(), H3,
                     hprev.data_ptr<T>(), carry, dh0, onednn,
     [&](int64_t b, int64_t bt, const T* __restrict__ hp, const T* __restrict__ db, T* __restrict__ g,
         T* __restrict__ dp, T*) {
@@ -728,7 +731,7 @@ void gru_bwd_impl(const at::Tensor& dH, const at::Tensor& Wt, const at::Tensor& 
         dp[2 * H + j] = dan;
         g[2 * H + j] = dan * r[j];
       }
-    });
+    }, pad);
 }
 
 // -> {dP [B,T,3H], dh0 [B,H], G [T,B,3H], h_prev * drop [T,B,H]}
@@ -836,7 +839,12 @@ void lstm_cell_bwd_impl(const at::Tensor& dH, const at::Tensor& Wt, const at::Te
   T* dcp = dc.data_ptr<T>();
   T* hcp = hcar.data_ptr<T>();
   const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
-  gated_backward<T>(B, Tn, H, H4, Wt, drop, dHp, Hs.data_ptr<T>(), h0.data_ptr<T>(), mp, G, dP.data_ptr<T>(),
+  const auto pad = [&](int64_t b, int64_t bt, const T* __restrict__ db) {
+    T* __restrict__ hc = hcp + b * H;
+    const T* __restrict__ dy = dHp + bt * H;
+    for (int64_t j = 0; j < H; ++j) hc[j] += dy[j] + db[j];
+  };
+  gated_backward<T>(B, Tn, H, H4, Wt, drop, Hs.data_ptr<T>(), H, h0.data_ptr<T>(), mp, G, dP.data_ptr<T>(), H4,
                     hprev.data_ptr<T>(), hcar, dh0, onednn,
     [&](int64_t b, int64_t bt, const T* __restrict__, const T* __restrict__ db, T* __restrict__ g,
         T* __restrict__ dp, T*) {
@@ -862,7 +870,7 @@ void lstm_cell_bwd_impl(const at::Tensor& dH, const at::Tensor& Wt, const at::Te
         dp[2 * H + j] = g[2 * H + j] = dct * ig[j] * (T(1) - gg[j] * gg[j]);
         dp[3 * H + j] = g[3 * H + j] = dh * tc[j] * og[j] * (T(1) - og[j]);
       }
-    });
+    }, pad);
 }
 
 // -> {dP [B,T,4H], dh0, dc0 [B,H], G [T,B,4H], h_prev * drop [T,B,H]}
@@ -964,8 +972,13 @@ void mvma_gru_bwd_impl(const at::Tensor& dH, const at::Tensor& Wt, const at::Ten
   T* cp = carry.data_ptr<T>();
   T* dbp = dbrows.data_ptr<T>();
   const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
-  gated_backward<T>(B, Tn, H, H3, Wt, at::empty({0}, P.options()), dHp, Hs.data_ptr<T>(), h0.data_ptr<T>(), mp, G,
-                    dP.data_ptr<T>(), hprev.data_ptr<T>(), carry, dh0, onednn,
+  const auto pad = [&](int64_t b, int64_t bt, const T* __restrict__ db) {
+    T* __restrict__ cb = cp + b * H;
+    const T* __restrict__ dy = dHp + bt * H;
+    for (int64_t j = 0; j < H; ++j) cb[j] += dy[j] + db[j];
+  };
+  gated_backward<T>(B, Tn, H, H3, Wt, at::empty({0}, P.options()), Hs.data_ptr<T>(), H, h0.data_ptr<T>(), mp, G,
+                    dP.data_ptr<T>(), H3, hprev.data_ptr<T>(), carry, dh0, onednn,
     [&](int64_t b, int64_t bt, const T* __restrict__ hp, const T* __restrict__ db, T* __restrict__ g,
         T* __restrict__ dp, T* sc) {
       T* __restrict__ r = sc;
@@ -996,7 +1009,7 @@ void mvma_gru_bwd_impl(const at::Tensor& dH, const at::Tensor& Wt, const at::Ten
         dd[j] = dh * hp[j];
       }
       rnnlens_gru_view::backward(r, z, n, bp, dg, dc, dd, dp, dbp + b * H3, H);
-    }, 9 * H);
+    }, pad, 9 * H);
 }
 
 // -> {dP [B,T,3H], dbrows [B,3H], dh0 [B,H], G [T,B,3H], h_prev [T,B,H]}
@@ -1017,6 +1030,158 @@ std::vector<at::Tensor> mvma_gru_backward(const at::Tensor& dH, const at::Tensor
                                 G, hprev, onednn);
   });
   return {dP, dbrows, dh0, G, hprev};
+}
+
+// ---------------------------------------------------------------------------------------------
+// MVMA-L (and MVM-L) in one loop over time: the LSTM view's terms (lstm_view.h) formed at each
+// step from Z = W_ih x + b_ih + b_hh [B,T,4H], and the block step on s = [c; h] with
+// U = W3 h_{t-1} (W3 = [W_hi; W_hg; W_ho] [3H,H]: W_hf multiplies c = 0 in the view),
+//   u = f c_{t-1} + a_i u_i + a_g u_g,  c_t = u + first * c0,  h_t = k u + a_o u_o + first * o tanh(c0)
+// (c0 = i g, the view's g = [c0, o tanh(c0)]; first as MVMA-G's). A pad keeps (c, h). Ss [B,T,2H]
+// every state [c; h]; K [B,T,3H] keeps U for the backward, which forms the gates again from Z.
+template <typename T>
+void mvma_lstm_fwd_impl(const at::Tensor& Z, const at::Tensor& W3, const at::Tensor& c0, const at::Tensor& h0,
+                        const at::Tensor& mask, const at::Tensor& first, at::Tensor& Ss, at::Tensor& K,
+                        bool onednn) {
+  const int64_t B = Z.size(0), Tn = Z.size(1), H = h0.size(1), H3 = 3 * H;
+  at::Tensor h = h0.clone(at::MemoryFormat::Contiguous);
+  at::Tensor c = c0.clone(at::MemoryFormat::Contiguous);
+  T* hp = h.data_ptr<T>();
+  T* cp = c.data_ptr<T>();
+  const T* Zp = Z.data_ptr<T>();
+  const T* fp = first.numel() ? first.data_ptr<T>() : nullptr;
+  T* Sp = Ss.data_ptr<T>();
+  const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  T* Kp = K.numel() ? K.data_ptr<T>() : nullptr;
+  gated_forward<T>(B, Tn, H3, H3, h, W3, at::empty({0}, Z.options()), mp, Kp, onednn,
+    [&](int64_t b, int64_t bt, const T* __restrict__ ub, T* __restrict__ k, T* sc) {
+      T* __restrict__ ig = sc;
+      T* __restrict__ fg = sc + H;
+      T* __restrict__ gg = sc + 2 * H;
+      T* __restrict__ og = sc + 3 * H;
+      T* __restrict__ tc = sc + 4 * H;
+      T* __restrict__ cz = sc + 5 * H;
+      rnnlens_lstm_view::gates(Zp + bt * 4 * H, ig, fg, gg, og, tc, cz, H);
+      if (Kp) std::copy(ub, ub + H3, k);
+      const T f = fp ? fp[bt] : T(1);
+      T* __restrict__ hb = hp + b * H;
+      T* __restrict__ cb = cp + b * H;
+      T* __restrict__ out = Sp + bt * 2 * H;
+#pragma GCC ivdep
+      for (int64_t j = 0; j < H; ++j) {
+        const T ii = ig[j], g0 = gg[j], oo = og[j], t = tc[j];
+        const T u = fg[j] * cb[j] + g0 * ii * (T(1) - ii) * ub[j] + ii * (T(1) - g0 * g0) * ub[H + j];
+        out[j] = u + f * cz[j];
+        out[H + j] = oo * (T(1) - t * t) * u + t * oo * (T(1) - oo) * ub[2 * H + j] + f * oo * t;
+        cb[j] = out[j];
+        hb[j] = out[H + j];
+      }
+    },
+    [&](int64_t b, int64_t bt) {
+      std::copy(cp + b * H, cp + (b + 1) * H, Sp + bt * 2 * H);
+      std::copy(hp + b * H, hp + (b + 1) * H, Sp + bt * 2 * H + H);
+    }, 6 * H);
+}
+
+// -> {Ss [B,T,2H], K [B,T,3H] (empty unless keep)}
+std::vector<at::Tensor> mvma_lstm_forward(const at::Tensor& Z, const at::Tensor& W3, const at::Tensor& c0,
+                                          const at::Tensor& h0, const at::Tensor& mask, const at::Tensor& first,
+                                          bool keep, bool onednn) {
+  TORCH_CHECK(Z.dim() == 3 && h0.dim() == 2 && c0.sizes() == h0.sizes() && Z.size(0) == h0.size(0) &&
+                  Z.size(2) == 4 * h0.size(1),
+              "mvma_lstm_forward: Z must be [B,T,4H], c0 and h0 [B,H]");
+  TORCH_CHECK(W3.size(0) == 3 * h0.size(1) && W3.size(1) == h0.size(1), "mvma_lstm_forward: W3 must be [3H,H]");
+  const int64_t B = Z.size(0), Tn = Z.size(1), H = h0.size(1);
+  at::Tensor Ss = at::empty({B, Tn, 2 * H}, Z.options());
+  at::Tensor K = keep ? at::empty({B, Tn, 3 * H}, Z.options()) : at::empty({0}, Z.options());
+  AT_DISPATCH_FLOATING_TYPES(Z.scalar_type(), "mvma_lstm_forward", [&] {
+    mvma_lstm_fwd_impl<scalar_t>(Z.contiguous(), W3.contiguous(), c0, h0, mask, first.contiguous(), Ss, K, onednn);
+  });
+  return {Ss, K};
+}
+
+// MVMA-L's reverse loop: dc = dL/dc_t from the states and the carry (du f of the step after),
+// dh = dL/dh_t from the states, the step after's product and across pads; du = dc + k dh;
+// G = (du a_i, du a_g, dh a_o) for the product and dW3; the terms' gradients (dL/dg_view =
+// first (dc, dh), df = du c_{t-1}, da_i = du u_i, da_g = du u_g, da_o = dh u_o, dk = dh u) through
+// lstm_view.h's backward to dZ.
+template <typename T>
+void mvma_lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& W3t, const at::Tensor& Z, const at::Tensor& K,
+                        const at::Tensor& Ss, const at::Tensor& c0, const at::Tensor& h0, const at::Tensor& mask,
+                        const at::Tensor& first, at::Tensor& dcar, at::Tensor& hcar, at::Tensor& dZ,
+                        at::Tensor& dh0, at::Tensor& G, at::Tensor& hprev, bool onednn) {
+  const int64_t B = dS.size(0), Tn = dS.size(1), H = dS.size(2) / 2, H3 = 3 * H;
+  const T* dSp = dS.data_ptr<T>();
+  const T* Zp = Z.data_ptr<T>();
+  const T* Kp = K.data_ptr<T>();
+  const T* Sp = Ss.data_ptr<T>();
+  const T* c0p = c0.data_ptr<T>();
+  const T* fp = first.numel() ? first.data_ptr<T>() : nullptr;
+  T* dcp = dcar.data_ptr<T>();
+  T* hcp = hcar.data_ptr<T>();
+  const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  const auto pad = [&](int64_t b, int64_t bt, const T* __restrict__ db) {
+    T* __restrict__ dc = dcp + b * H;
+    T* __restrict__ hc = hcp + b * H;
+    const T* __restrict__ dy = dSp + bt * 2 * H;
+    for (int64_t j = 0; j < H; ++j) {
+      dc[j] += dy[j];
+      hc[j] += dy[H + j] + db[j];
+    }
+  };
+  gated_backward<T>(B, Tn, H, H3, W3t, at::empty({0}, Z.options()), Sp + H, 2 * H, h0.data_ptr<T>(), mp, G,
+                    dZ.data_ptr<T>(), 4 * H, hprev.data_ptr<T>(), hcar, dh0, onednn,
+    [&](int64_t b, int64_t bt, const T* __restrict__, const T* __restrict__ db, T* __restrict__ g,
+        T* __restrict__ dz, T* sc) {
+      T* __restrict__ ig = sc;
+      T* __restrict__ fg = sc + H;
+      T* __restrict__ gg = sc + 2 * H;
+      T* __restrict__ og = sc + 3 * H;
+      T* __restrict__ tc = sc + 4 * H;
+      rnnlens_lstm_view::gates(Zp + bt * 4 * H, ig, fg, gg, og, tc, sc + 5 * H, H);
+      const int64_t t = bt - b * Tn;
+      const T* __restrict__ cpv = t ? Sp + (bt - 1) * 2 * H : c0p + b * H;    // c_{t-1}
+      const T* __restrict__ u = Kp + bt * H3;
+      const T* __restrict__ dy = dSp + bt * 2 * H;
+      T* __restrict__ dcb = dcp + b * H;
+      T* __restrict__ hc = hcp + b * H;
+      const T f = fp ? fp[bt] : T(1);
+#pragma GCC ivdep
+      for (int64_t j = 0; j < H; ++j) {
+        const T ii = ig[j], ff = fg[j], g0 = gg[j], oo = og[j], tt = tc[j];
+        const T ai = g0 * ii * (T(1) - ii), ag = ii * (T(1) - g0 * g0), ao = tt * oo * (T(1) - oo);
+        const T kk = oo * (T(1) - tt * tt);
+        const T dc = dy[j] + dcb[j], dh = dy[H + j] + db[j] + hc[j];
+        const T du = dc + kk * dh;
+        hc[j] = T(0);
+        dcb[j] = du * ff;
+        g[j] = du * ai;
+        g[H + j] = du * ag;
+        g[2 * H + j] = dh * ao;
+        const T uu = ff * cpv[j] + ai * u[j] + ag * u[H + j];
+        rnnlens_lstm_view::backward(ii, ff, g0, oo, tt, dc * f, dh * f, du * cpv[j], du * u[j], du * u[H + j],
+                                    dh * u[2 * H + j], dh * uu, dz[j], dz[H + j], dz[2 * H + j], dz[3 * H + j]);
+      }
+    }, pad, 6 * H);
+}
+
+// -> {dZ [B,T,4H], dc0, dh0 [B,H], G [T,B,3H], h_prev [T,B,H]}
+std::vector<at::Tensor> mvma_lstm_backward(const at::Tensor& dS, const at::Tensor& W3, const at::Tensor& Z,
+                                           const at::Tensor& K, const at::Tensor& Ss, const at::Tensor& c0,
+                                           const at::Tensor& h0, const at::Tensor& mask, const at::Tensor& first,
+                                           bool onednn) {
+  TORCH_CHECK(K.numel() * 2 == Ss.numel() * 3, "mvma_lstm_backward needs the forward's K (keep=true)");
+  const int64_t B = dS.size(0), Tn = dS.size(1), H = dS.size(2) / 2;
+  at::Tensor dZ = at::empty({B, Tn, 4 * H}, dS.options());
+  at::Tensor dh0 = at::empty({B, H}, dS.options());
+  at::Tensor G = at::empty({Tn, B, 3 * H}, dS.options()), hprev = at::empty({Tn, B, H}, dS.options());
+  at::Tensor dcar = at::zeros({B, H}, dS.options()), hcar = at::zeros({B, H}, dS.options());
+  AT_DISPATCH_FLOATING_TYPES(dS.scalar_type(), "mvma_lstm_backward", [&] {
+    mvma_lstm_bwd_impl<scalar_t>(dS.contiguous(), W3.t().contiguous(), Z.contiguous(), K.contiguous(),
+                                 Ss.contiguous(), c0.contiguous(), h0.contiguous(), mask, first.contiguous(), dcar,
+                                 hcar, dZ, dh0, G, hprev, onednn);
+  });
+  return {dZ, dcar, dh0, G, hprev};
 }
 
 }  // namespace
@@ -1043,6 +1208,10 @@ TORCH_LIBRARY(rnnlens_affine_scan, m) {
         "bool onednn) -> Tensor[]");
   m.def("mvma_gru_backward(Tensor dH, Tensor W, Tensor P, Tensor bh, Tensor K, Tensor Hs, Tensor h0, Tensor mask, "
         "Tensor first, bool onednn) -> Tensor[]");
+  m.def("mvma_lstm_forward(Tensor Z, Tensor W3, Tensor c0, Tensor h0, Tensor mask, Tensor first, bool keep, "
+        "bool onednn) -> Tensor[]");
+  m.def("mvma_lstm_backward(Tensor dS, Tensor W3, Tensor Z, Tensor K, Tensor Ss, Tensor c0, Tensor h0, Tensor mask, "
+        "Tensor first, bool onednn) -> Tensor[]");
   m.def("lstm_cell_backward(Tensor dH, Tensor dcT, Tensor W, Tensor K, Tensor Hs, Tensor Cs, Tensor h0, Tensor c0, "
         "Tensor mask, Tensor drop, bool onednn) -> Tensor[]");
 }
@@ -1060,4 +1229,6 @@ TORCH_LIBRARY_IMPL(rnnlens_affine_scan, CPU, m) {
   m.impl("lstm_cell_backward", &lstm_cell_backward);
   m.impl("mvma_gru_forward", &mvma_gru_forward);
   m.impl("mvma_gru_backward", &mvma_gru_backward);
+  m.impl("mvma_lstm_forward", &mvma_lstm_forward);
+  m.impl("mvma_lstm_backward", &mvma_lstm_backward);
 }

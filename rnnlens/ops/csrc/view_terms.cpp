@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gru_view.h"
+#include "lstm_view.h"
 #include "vecmath.h"
 
 // The loops over a position's H values carry `#pragma GCC ivdep`: their rows never overlap, but
@@ -120,14 +121,8 @@ void lstm_fwd(const T* Z, T* gv, T* f, T* ai, T* ag, T* ao, T* k, int64_t N, int
   at::parallel_for(0, N, kGrain, [&](int64_t n0, int64_t n1) {
     std::vector<T> i(H), gg(H), o(H), c(H), tc(H);
     for (int64_t p = n0; p < n1; ++p) {
-      const T* __restrict__ z = Z + p * 4 * H;
       const int64_t o1 = p * H;
-      sigmoid_of(z, i.data(), H);
-      sigmoid_of(z + H, f + o1, H);
-      tanh_of(z + 2 * H, gg.data(), H, T(1));
-      sigmoid_of(z + 3 * H, o.data(), H);
-      for (int64_t j = 0; j < H; ++j) c[j] = i[j] * gg[j];
-      tanh_of(c.data(), tc.data(), H, T(1));
+      rnnlens_lstm_view::gates(Z + p * 4 * H, i.data(), f + o1, gg.data(), o.data(), tc.data(), c.data(), H);
       T* __restrict__ g2 = gv + p * 2 * H;
 #pragma GCC ivdep
       for (int64_t j = 0; j < H; ++j) {
@@ -152,33 +147,14 @@ void lstm_bwd(const T* Z, const LstmGrads<T>& d, T* dZ, int64_t N, int64_t H) {
   at::parallel_for(0, N, kGrain, [&](int64_t n0, int64_t n1) {
     std::vector<T> i(H), f(H), gg(H), o(H), c(H), tc(H);
     for (int64_t p = n0; p < n1; ++p) {
-      const T* __restrict__ z = Z + p * 4 * H;
-      sigmoid_of(z, i.data(), H);
-      sigmoid_of(z + H, f.data(), H);
-      tanh_of(z + 2 * H, gg.data(), H, T(1));
-      sigmoid_of(z + 3 * H, o.data(), H);
-      for (int64_t j = 0; j < H; ++j) c[j] = i[j] * gg[j];
-      tanh_of(c.data(), tc.data(), H, T(1));
+      rnnlens_lstm_view::gates(Z + p * 4 * H, i.data(), f.data(), gg.data(), o.data(), tc.data(), c.data(), H);
       const int64_t o1 = p * H;
       T* __restrict__ out = dZ + p * 4 * H;
 #pragma GCC ivdep
-      for (int64_t j = 0; j < H; ++j) {
-        const T ii = i[j], ff = f[j], g0 = gg[j], oo = o[j], t = tc[j];
-        const T one_tc2 = T(1) - t * t, so = oo * (T(1) - oo), si = ii * (T(1) - ii), one_g2 = T(1) - g0 * g0;
-        const T dgc = d.dg[p * 2 * H + j], dgh = d.dg[p * 2 * H + H + j];
-        const T dao = d.dao[o1 + j], dk = d.dk[o1 + j], dai = d.dai[o1 + j], dag = d.dag[o1 + j];
-        // through g_view's h part o tanh(c), a_o = tanh(c) o (1 - o) and k = o (1 - tanh(c)^2)
-        const T dO = dgh * t + dao * t * (T(1) - T(2) * oo) + dk * one_tc2;
-        const T dtc = dgh * oo + dao * so - T(2) * dk * oo * t;
-        const T dc = dtc * one_tc2 + dgc;
-        // through c = i g, a_i = g i (1 - i) and a_g = i (1 - g^2)
-        const T di = dc * g0 + dai * g0 * (T(1) - T(2) * ii) + dag * one_g2;
-        const T dgg = dc * ii + dai * si - T(2) * dag * ii * g0;
-        out[j] = di * si;
-        out[H + j] = d.df[o1 + j] * ff * (T(1) - ff);
-        out[2 * H + j] = dgg * one_g2;
-        out[3 * H + j] = dO * so;
-      }
+      for (int64_t j = 0; j < H; ++j)
+        rnnlens_lstm_view::backward(i[j], f[j], gg[j], o[j], tc[j], d.dg[p * 2 * H + j], d.dg[p * 2 * H + H + j],
+                                    d.df[o1 + j], d.dai[o1 + j], d.dag[o1 + j], d.dao[o1 + j], d.dk[o1 + j], out[j],
+                                    out[H + j], out[2 * H + j], out[3 * H + j]);
     }
   });
 }
