@@ -1,6 +1,6 @@
 """Elman, GRU and LSTM train through fused kernels on their own parameters: torch's (on the CPU
 the GRU runs rnnlens's own C++ loop, tests/ops/test_gated_loops.py; with RNNLENS_CPP_GATED=0,
-`torch_gru` here, torch's); the Python step loop is the reference. Values, final states and
+`gru-torch` here, torch's); the Python step loop is the reference. Values, final states and
 every gradient (inputs, weights, start state) agree in float64 with and without right padding,
 in train and eval mode, batch- and time-major; what torch's kernels cannot take (recurrent
 dropout, masks that are not right padding) runs the C++ loop on the CPU (GRU, LSTM) or the
@@ -34,17 +34,13 @@ def make(name):
     return cell
 
 
-@pytest.fixture(params=[False, True], ids=["", "torch_gru"])
-def torch_gru(request, monkeypatch):
-    """Run the test a second time with the GRU on torch's kernel (RNNLENS_CPP_GATED=0)."""
-    if request.param:
+# every classic cell on its CPU path, and the GRU once more on torch's kernel (RNNLENS_CPP_GATED=0)
+KERNELS = [pytest.param(name, False, id=name) for name in CLASSIC] + [pytest.param("gru", True, id="gru-torch")]
+
+
+def on_kernel(torch_gru, monkeypatch):
+    if torch_gru:
         monkeypatch.setenv("RNNLENS_CPP_GATED", "0")
-    return request.param
-
-
-def skip_unless_gru(name, torch_gru):
-    if torch_gru and name != "gru":
-        pytest.skip("only the GRU has a second CPU kernel")
 
 
 def no_loop(cell, monkeypatch):
@@ -54,19 +50,19 @@ def no_loop(cell, monkeypatch):
     monkeypatch.setattr(cell, "_scan", fail)
 
 
-@pytest.mark.parametrize("name", list(CLASSIC))
+@pytest.mark.parametrize("name,torch_gru", KERNELS)
 @pytest.mark.parametrize("masked", [False, True, "equal"])
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("start", [False, True])
 @pytest.mark.parametrize("by_length", [False, True])
-def test_fused_forward_equals_the_step_loop_with_all_gradients(name, masked, training, start, by_length,
-                                                               monkeypatch, torch_gru):
+def test_fused_forward_equals_the_step_loop_with_all_gradients(name, torch_gru, masked, training, start,
+                                                               by_length, monkeypatch):
     """by_length: right-padded rows as segments between their lengths (what rows longer than
     PACKED_MAX_LENGTH take) instead of one packed sequence; "equal": rows of equal lengths,
     some shorter than the batch, and columns no row reaches."""
     import rnnlens.cells.classic as classic
 
-    skip_unless_gru(name, torch_gru)
+    on_kernel(torch_gru, monkeypatch)
     monkeypatch.setattr(classic, "PACKED_MAX_LENGTH", 0 if by_length else 10**9)
     cell = make(name).train(training)
     x, mask, s0 = inputs(cell.state_size, lengths=(5, 5, 2, 5) if masked == "equal" else (7, 3, 1, 5))
@@ -121,13 +117,13 @@ def test_what_the_kernel_cannot_do_takes_the_loop(name):
     assert max_diff(a, b) == 0 and not torch.allclose(a, cell.eval()(x)[0])
 
 
-@pytest.mark.parametrize("name", list(CLASSIC))
-def test_long_right_padded_rows_run_by_length_and_match_the_loop(name, monkeypatch, torch_gru):
+@pytest.mark.parametrize("name,torch_gru", KERNELS)
+def test_long_right_padded_rows_run_by_length_and_match_the_loop(name, torch_gru, monkeypatch):
     """Rows longer than PACKED_MAX_LENGTH run as segments between their lengths (not packed,
     whose backward grows as T^2): the kernel alone, and the loop's values and gradients."""
     from rnnlens.cells.classic import PACKED_MAX_LENGTH
 
-    skip_unless_gru(name, torch_gru)
+    on_kernel(torch_gru, monkeypatch)
     cell = make(name).train()
     torch.manual_seed(3)
     T = PACKED_MAX_LENGTH + 9
@@ -146,13 +142,13 @@ def test_long_right_padded_rows_run_by_length_and_match_the_loop(name, monkeypat
     assert all(max_diff(a, b) < 1e-11 for a, b in zip(g, g_ref))
 
 
-@pytest.mark.parametrize("name", list(CLASSIC))
-def test_time_major_cells_take_long_padded_rows_by_length(name, monkeypatch, torch_gru):
+@pytest.mark.parametrize("name,torch_gru", KERNELS)
+def test_time_major_cells_take_long_padded_rows_by_length(name, torch_gru, monkeypatch):
     """A cell copied from a time-major torch module takes [T,B] masks the same way: long
     right-padded rows by length, equal to the loop."""
     from rnnlens.cells.classic import PACKED_MAX_LENGTH
 
-    skip_unless_gru(name, torch_gru)
+    on_kernel(torch_gru, monkeypatch)
     kind = {"elman": torch.nn.RNN, "gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[name]
     cell = from_torch(kind(E, H).double())
     T = PACKED_MAX_LENGTH + 5
