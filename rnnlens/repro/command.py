@@ -58,6 +58,9 @@ def list_text(data_dir: Path | None, only: list[str] | None = None) -> str:
 
 
 def cmd_repro(args) -> int:
+    from .records import process_commit
+
+    process_commit()                   # the commit whose code this process loaded (records.py)
     data_dir = Path(args.data_dir) if args.data_dir else None
     if data_dir is not None and not data_dir.is_dir():
         raise RnnlensError(f"--data-dir {data_dir} is not a folder")

@@ -76,6 +76,19 @@ def commit() -> str | None:
     return (head + ("+changes" if dirty else "")) or None
 
 
+_AT_START: list = []
+
+
+def process_commit() -> str | None:
+    """`commit()` as it was at this function's first call in the process, kept for every later
+    one: a process runs the code it loaded, whatever the checkout becomes while it trains, so
+    `rnnlens repro` calls this when it starts and its records name the commit that ran (for a
+    run resumed over several processes, the commit of the process that finished it)."""
+    if not _AT_START:
+        _AT_START.append(commit())
+    return _AT_START[0]
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -93,7 +106,7 @@ def environment() -> dict:
 
     from ..version import __version__
 
-    return {"rnnlens": __version__, "commit": commit(), "torch": torch.__version__,
+    return {"rnnlens": __version__, "commit": process_commit(), "torch": torch.__version__,
             "python": platform.python_version(), "machine": machine()}
 
 

@@ -395,6 +395,18 @@ def test_the_commit_a_record_keeps_can_be_named(monkeypatch):
     assert commit() != "abc123def456"
 
 
+def test_records_name_the_commit_the_process_started_at(monkeypatch):
+    """A process keeps the commit it started at for every record it writes, however the
+    checkout moves while it trains."""
+    from rnnlens.repro import records
+
+    monkeypatch.setattr(records, "_AT_START", [])
+    monkeypatch.setenv("RNNLENS_COMMIT", "aaaaaaaaaaaa")
+    assert records.environment()["commit"] == "aaaaaaaaaaaa"
+    monkeypatch.setenv("RNNLENS_COMMIT", "bbbbbbbbbbbb")
+    assert records.commit() == "bbbbbbbbbbbb" and records.environment()["commit"] == "aaaaaaaaaaaa"
+
+
 def test_portable_paths():
     assert portable("../shared/data") == "../shared/data"
     assert not portable(str(REPO / "configs" / "x.json")).startswith("/")
