@@ -78,7 +78,7 @@ class _GRULoop(torch.autograd.Function):
         W, K, out, h0, mask, drop = ctx.saved_tensors
         B, T, H = out.shape
         dP, dh0, G, h_prev = torch.ops.rnnlens_affine_scan.gru_backward(
-            dout.contiguous(), dout.new_empty(0), W, K, out, h0, mask, drop, onednn_applies(dout, W))
+            dout.contiguous(), W, K, out, h0, mask, drop, onednn_applies(dout, W))
         return (dP, *_weight_grads(ctx, G, h_prev, T, B, H, 3), dh0, None, None, None)
 
 
@@ -100,16 +100,20 @@ class _LSTMLoop(torch.autograd.Function):
         return (dP, *_weight_grads(ctx, G, h_prev, T, B, H, 4), dh0, dc0, None, None, None)
 
 
-def _args(P, W, b, gates, drop, mask, states):
+def _args(P, W, b, gates, mask, states, drop=None, first=None):
+    """The loops' inputs as the kernels read them: (P, W, b, mask, drop, first, keep), the
+    shapes checked (b may be None: MVMA-L's biases are in its Z), mask/drop/first empty where
+    not given, keep = whether autograd will want a backward."""
     B, T, GH = P.shape
     H = GH // gates
-    if T == 0 or GH != gates * H or tuple(W.shape) != (GH, H) or tuple(b.shape) != (GH,):
+    if T == 0 or GH != gates * H or tuple(W.shape) != (GH, H) or (b is not None and tuple(b.shape) != (GH,)):
         raise ValueError(f"P must be [B, T>=1, {gates}H], W [{gates}H, H], b [{gates}H]; got {tuple(P.shape)}, "
-                         f"{tuple(W.shape)}, {tuple(b.shape)}")
+                         f"{tuple(W.shape)}, {None if b is None else tuple(b.shape)}")
     m = P.new_empty(0, dtype=torch.bool) if mask is None else mask.to(device=P.device, dtype=torch.bool).contiguous()
     d = P.new_empty(0) if drop is None else drop.to(P.dtype).expand(B, H).contiguous()
-    keep = torch.is_grad_enabled() and any(t.requires_grad for t in (P, W, b, *states))
-    return P.contiguous(), W.contiguous(), b.contiguous(), m, d, keep
+    f = P.new_empty(0) if first is None else first.to(P.dtype).contiguous()
+    keep = torch.is_grad_enabled() and any(t.requires_grad for t in (P, W, *states) + (() if b is None else (b,)))
+    return P.contiguous(), W.contiguous(), None if b is None else b.contiguous(), m, d, f, keep
 
 
 def gru_loop(P: torch.Tensor, W: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None = None,
@@ -120,7 +124,7 @@ def gru_loop(P: torch.Tensor, W: torch.Tensor, b: torch.Tensor, initial_state: t
     state (once)."""
     B, H = P.shape[0], P.shape[-1] // 3
     h0 = P.new_zeros(B, H) if initial_state is None else initial_state.to(P.dtype).expand(B, H).contiguous()
-    P, W, b, m, d, keep = _args(P, W, b, 3, drop, mask, (h0,))
+    P, W, b, m, d, _, keep = _args(P, W, b, 3, mask, (h0,), drop=drop)
     out = _GRULoop.apply(P, W, b, h0, m, d, keep)
     return out, out[:, -1]
 
@@ -133,7 +137,7 @@ def lstm_loop(P: torch.Tensor, W: torch.Tensor, b: torch.Tensor, initial_state: 
     B, H = P.shape[0], P.shape[-1] // 4
     s0 = P.new_zeros(B, 2 * H) if initial_state is None else initial_state.to(P.dtype).expand(B, 2 * H)
     c0, h0 = s0[:, :H].contiguous(), s0[:, H:].contiguous()
-    P, W, b, m, d, keep = _args(P, W, b, 4, drop, mask, (c0, h0))
+    P, W, b, m, d, _, keep = _args(P, W, b, 4, mask, (c0, h0), drop=drop)
     out, c_last = _LSTMLoop.apply(P, W, b, h0, c0, m, d, keep)
     return out, torch.cat([c_last, out[:, -1]], 1)
 
@@ -169,8 +173,7 @@ def mvma_gru_loop(P: torch.Tensor, W: torch.Tensor, b: torch.Tensor, initial_sta
     T >= 1; differentiable in P, W, b and the start state (once)."""
     B, H = P.shape[0], P.shape[-1] // 3
     h0 = P.new_zeros(B, H) if initial_state is None else initial_state.to(P.dtype).expand(B, H).contiguous()
-    P, W, b, m, _, keep = _args(P, W, b, 3, None, mask, (h0,))
-    f = P.new_empty(0) if first is None else first.to(P.dtype).contiguous()
+    P, W, b, m, _, f, keep = _args(P, W, b, 3, mask, (h0,), first=first)
     out = _MVMAGRULoop.apply(P, W, b, h0, m, f, keep)
     return out, out[:, -1]
 
@@ -204,15 +207,9 @@ def mvma_lstm_loop(Z: torch.Tensor, W: torch.Tensor, initial_state: torch.Tensor
     step of rnnlens.ops.affine's LSTMView (W_hf drops out of the view). first as mvma_gru_loop's.
     Its reference is the view's block scan; T >= 1; differentiable in Z, W and the start state
     [B,2H] = [c; h] (once)."""
-    B, T, H4 = Z.shape
-    H = H4 // 4
-    if T == 0 or H4 != 4 * H or tuple(W.shape) != (H4, H):
-        raise ValueError(f"Z must be [B, T>=1, 4H] and W [4H, H]; got {tuple(Z.shape)}, {tuple(W.shape)}")
+    B, H = Z.shape[0], Z.shape[-1] // 4
     s0 = Z.new_zeros(B, 2 * H) if initial_state is None else initial_state.to(Z.dtype).expand(B, 2 * H)
     c0, h0 = s0[:, :H].contiguous(), s0[:, H:].contiguous()
-    W3 = torch.cat([W[:H], W[2 * H:]])
-    m = Z.new_empty(0, dtype=torch.bool) if mask is None else mask.to(device=Z.device, dtype=torch.bool).contiguous()
-    f = Z.new_empty(0) if first is None else first.to(Z.dtype).contiguous()
-    keep = torch.is_grad_enabled() and any(t.requires_grad for t in (Z, W3, c0, h0))
-    states = _MVMALSTMLoop.apply(Z.contiguous(), W3, c0, h0, m, f, keep)
+    Z, W, _, m, _, f, keep = _args(Z, W, None, 4, mask, (c0, h0), first=first)
+    states = _MVMALSTMLoop.apply(Z, torch.cat([W[:H], W[2 * H:]]), c0, h0, m, f, keep)
     return states, states[:, -1]

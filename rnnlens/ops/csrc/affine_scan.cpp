@@ -735,7 +735,7 @@ void gru_bwd_impl(const at::Tensor& dH, const at::Tensor& Wt, const at::Tensor& 
 }
 
 // -> {dP [B,T,3H], dh0 [B,H], G [T,B,3H], h_prev * drop [T,B,H]}
-std::vector<at::Tensor> gru_backward(const at::Tensor& dH, const at::Tensor& dhT, const at::Tensor& W,
+std::vector<at::Tensor> gru_backward(const at::Tensor& dH, const at::Tensor& W,
                                      const at::Tensor& K, const at::Tensor& Hs, const at::Tensor& h0,
                                      const at::Tensor& mask, const at::Tensor& drop, bool onednn) {
   TORCH_CHECK(K.numel() == Hs.numel() * 4, "gru_backward needs the forward's K (keep=true)");
@@ -743,7 +743,7 @@ std::vector<at::Tensor> gru_backward(const at::Tensor& dH, const at::Tensor& dhT
   at::Tensor dP = at::empty({B, Tn, 3 * H}, dH.options());
   at::Tensor dh0 = at::empty({B, H}, dH.options());
   at::Tensor G = at::empty({Tn, B, 3 * H}, dH.options()), hprev = at::empty({Tn, B, H}, dH.options());
-  at::Tensor carry = dhT.numel() ? dhT.clone(at::MemoryFormat::Contiguous) : at::zeros({B, H}, dH.options());
+  at::Tensor carry = at::zeros({B, H}, dH.options());
   AT_DISPATCH_FLOATING_TYPES(dH.scalar_type(), "gru_backward", [&] {
     gru_bwd_impl<scalar_t>(dH.contiguous(), W.t().contiguous(), K.contiguous(), Hs.contiguous(), h0.contiguous(),
                            mask, drop.contiguous(), carry, dP, dh0, G, hprev, onednn);
@@ -1200,7 +1200,7 @@ TORCH_LIBRARY(rnnlens_affine_scan, m) {
         "Tensor a_f, Tensor mask, Tensor S, Tensor s0, Tensor U, bool onednn) -> Tensor[]");
   m.def("gru_forward(Tensor P, Tensor W, Tensor bh, Tensor h0, Tensor mask, Tensor drop, bool keep, bool onednn) "
         "-> Tensor[]");
-  m.def("gru_backward(Tensor dH, Tensor dhT, Tensor W, Tensor K, Tensor Hs, Tensor h0, Tensor mask, Tensor drop, "
+  m.def("gru_backward(Tensor dH, Tensor W, Tensor K, Tensor Hs, Tensor h0, Tensor mask, Tensor drop, "
         "bool onednn) -> Tensor[]");
   m.def("lstm_cell_forward(Tensor P, Tensor W, Tensor bh, Tensor h0, Tensor c0, Tensor mask, Tensor drop, bool keep, "
         "bool onednn) -> Tensor[]");
