@@ -10,8 +10,10 @@ torch.nn.LSTM on the same input) and against the same rnnlens cell with RNNLENS_
 (the path before the loops: torch's GRU kernel; with recurrent dropout, the Python loop). One
 pass of each of the three per round, after 2 warm-up rounds; medians over the rounds, and the
 ratios of those medians. The rows: the GRU, and the GRU and the LSTM with variational recurrent
-dropout (one mask per sequence on h_{t-1}, which torch's kernels cannot apply); the LSTM
-without dropout runs oneDNN's kernel either way and is the yardstick of the last column.
+dropout (one mask per sequence on h_{t-1}, which torch's kernels cannot apply); MVMA-L and the
+approximate, simplified and variant LSTM, whose loop forms their view's terms at each step
+(before: the terms' pass, then the view's block scan); the LSTM without dropout runs oneDNN's
+kernel either way and is the yardstick of the last column.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROWS = (("gru", 0.0), ("gru", 0.3), ("lstm", 0.3))
+ROWS = (("gru", 0.0), ("gru", 0.3), ("lstm", 0.3), ("mvma-l", 0.0), ("lstm-approx", 0.0),
+        ("lstm-simplified", 0.0), ("lstm-variant", 0.0))
 
 
 def measure(args) -> list[dict]:
@@ -54,9 +57,11 @@ def measure(args) -> list[dict]:
     rows = []
     for name, rd in ROWS:
         cell = CELLS[name](E, E).train()
-        cell.recurrent_dropout = rd
-        ref = kinds[name](E, E, batch_first=True)
-        runs = {"loop": step(cell), "before": step(cell, True), "torch": step(ref), "lstm": step(yard)}
+        if rd:
+            cell.recurrent_dropout = rd
+        runs = {"loop": step(cell), "before": step(cell, True), "lstm": step(yard)}
+        if name in kinds:           # the view cells' module of their kind is torch.nn.LSTM itself
+            runs["torch"] = step(kinds[name](E, E, batch_first=True))
         times = {k: [] for k in runs}
         for r in range(args.rounds + 2):
             for k, run in runs.items():
@@ -65,6 +70,7 @@ def measure(args) -> list[dict]:
                 if r >= 2:
                     times[k].append(time.perf_counter() - t0)
         med = {k: statistics.median(v) for k, v in times.items()}
+        med.setdefault("torch", med["lstm"])
         rows.append({"cell": name, "dropout": rd, **{f"{k}_ms": v * 1e3 for k, v in med.items()},
                      "x_before": med["before"] / med["loop"], "x_torch": med["torch"] / med["loop"],
                      "x_lstm": med["lstm"] / med["loop"]})
@@ -86,11 +92,13 @@ def report(args, rows) -> str:
              "before / loop | torch's / loop | torch.nn.LSTM / loop |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        before = "torch's GRU kernel" if r["cell"] == "gru" and not r["dropout"] else "the Python loop"
+        before = ("torch's GRU kernel" if r["cell"] == "gru" and not r["dropout"] else
+                  "the Python loop" if r["cell"] in ("gru", "lstm") else "the view's block scan")
         lines.append(f"| {r['cell']} | {r['dropout']:g} | {r['loop_ms']:.2f} | {r['before_ms']:.2f} ({before}) | "
                      f"{r['torch_ms']:.2f} | {r['x_before']:.2f}x | {r['x_torch']:.2f}x | {r['x_lstm']:.2f}x |")
     lines += ["", "\"before\": the same rnnlens cell with RNNLENS_CPP_GATED=0. torch's module runs without "
-              "recurrent dropout (it has none), so on those rows it is a yardstick, not the same model. "
+              "recurrent dropout (it has none), so on those rows it is a yardstick, not the same model; "
+              "for MVMA-L and the approximate LSTM forms it is torch.nn.LSTM. "
               "The last column: torch.nn.LSTM (oneDNN, no dropout) on the same input; above 1x the cell's "
               "step is the faster.", ""]
     return "\n".join(lines)

@@ -21,7 +21,7 @@ from ..ops import gated_loops
 from ..ops.affine import affine_scan
 from ..ops.linear import linear
 from ..ops.precision import full_precision
-from .approx_terms import GRU_FIRST_BLOCK, gru_approx_terms, lstm_approx_terms
+from .approx_terms import GRU_FIRST_BLOCK, LSTM_KINDS, gru_approx_terms, lstm_approx_terms
 from .base import Cell, LinearView, StructuredView
 from .classic import CLASSIC, LSTMView
 from .gru_terms import native
@@ -331,6 +331,14 @@ class LSTMApprox(_TorchLayout):
         gh = (xo + 2) * gc / 4
         half = torch.full_like(xi, 0.5)             # simplified
         return gc, gh, half, zero, half, None, half, zero
+
+    def _scan(self, x, mask, s):
+        """On the CPU: one C++ loop that forms the terms at each step
+        (ops.gated_loops.approx_lstm_loop); otherwise, and as the reference, the view's block scan."""
+        if self.additive and self.clamp is None and x.shape[1] > 0 and gated_loops.available(x):
+            return gated_loops.approx_lstm_loop(self._P(x), self.weight_hh, LSTM_KINDS[self.kind], s, mask,
+                                                with_af=self.kind == "variant")
+        return super()._scan(x, mask, s)
 
     def _view(self, x, mask):
         z = self._P(x)

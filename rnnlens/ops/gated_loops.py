@@ -25,7 +25,9 @@ several threads the batch is split in chunks, one a thread, as in the other C++ 
 `mvma_gru_loop` is MVMA-G's (and MVM-G's), `mvma_lstm_loop` MVMA-L's (and MVM-L's): the GRU's
 or the LSTM's view terms (rnnlens.cells.gru_terms, lstm_terms) formed at each step in the same
 loop (csrc/gru_view.h and lstm_view.h, shared with the view terms' own passes), whose
-references are the views' structured and block scans (rnnlens.ops.affine).
+references are the views' structured and block scans (rnnlens.ops.affine). `approx_lstm_loop`
+is the approximate, simplified and variant LSTM's (rnnlens.cells.ngram.LSTMApprox) in
+MVMA-L's loop, its terms from csrc/lstm_approx.h.
 
 The GRU takes this loop on the CPU whenever it applies: torch's CPU GRU (ATen's loop,
 recorded op by op by autograd) takes a small weight-gradient product at every step. The LSTM
@@ -178,24 +180,48 @@ def mvma_gru_loop(P: torch.Tensor, W: torch.Tensor, b: torch.Tensor, initial_sta
     return out, out[:, -1]
 
 
-class _MVMALSTMLoop(torch.autograd.Function):
+def _block_rows(W, H, with_af):
+    """Wu = [W_hi; W_hg; W_ho] (and W_hf below them with_af) from W = W_hh [4H,H] (rows i, f, g, o)."""
+    return torch.cat([W[:H], W[2 * H:]] + ([W[H:2 * H]] if with_af else []))
+
+
+class _LSTMBlockLoop(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, Z, W3, c0, h0, mask, first, keep):
-        states, K = torch.ops.rnnlens_affine_scan.mvma_lstm_forward(Z, W3, c0, h0, mask, first, keep,
-                                                                     onednn_applies(Z, W3))
-        ctx.save_for_backward(Z, W3, K, states, c0, h0, mask, first)
+    def forward(ctx, Z, W, c0, h0, mask, first, keep, k, with_af):
+        H = h0.shape[1]
+        Wu = _block_rows(W, H, with_af)
+        states, K = torch.ops.rnnlens_affine_scan.lstm_block_forward(Z, Wu, c0, h0, mask, first, k, keep,
+                                                                      onednn_applies(Z, Wu))
+        ctx.save_for_backward(Z, Wu, K, states, c0, h0, mask, first)
+        ctx.k, ctx.with_af = k, with_af
         return states
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dstates):
-        Z, W3, K, states, c0, h0, mask, first = ctx.saved_tensors
+        Z, Wu, K, states, c0, h0, mask, first = ctx.saved_tensors
         B, T, S = states.shape
         H = S // 2
-        dZ, dc0, dh0, G, h_prev = torch.ops.rnnlens_affine_scan.mvma_lstm_backward(
-            dstates.contiguous(), W3, Z, K, states, c0, h0, mask, first, onednn_applies(dstates, W3))
-        dW3, _ = _weight_grads(ctx, G, h_prev, T, B, H, 3, bias=False)
-        return dZ, dW3, dc0, dh0, None, None, None
+        dZ, dc0, dh0, G, h_prev = torch.ops.rnnlens_affine_scan.lstm_block_backward(
+            dstates.contiguous(), Wu, Z, K, states, c0, h0, mask, first, ctx.k, onednn_applies(dstates, Wu))
+        dWu, _ = _weight_grads(ctx, G, h_prev, T, B, H, Wu.shape[0] // H, bias=False)
+        dW = None
+        if dWu is not None:         # back to W_hh's rows (i, f, g, o); W_hf's zero without a_f
+            dW = dWu.new_empty(4 * H, H)
+            dW[:H], dW[2 * H:] = dWu[:H], dWu[H:3 * H]
+            dW[H:2 * H] = dWu[3 * H:] if ctx.with_af else 0
+        return dZ, dW, dc0, dh0, None, None, None, None, None
+
+
+def _lstm_block_loop(Z, W, initial_state, mask, first, k, with_af=False):
+    """The block loop's call; k: () for MVMA-L's view terms, else an approximate form's nine
+    constants."""
+    B, H = Z.shape[0], Z.shape[-1] // 4
+    s0 = Z.new_zeros(B, 2 * H) if initial_state is None else initial_state.to(Z.dtype).expand(B, 2 * H)
+    c0, h0 = s0[:, :H].contiguous(), s0[:, H:].contiguous()
+    Z, W, _, m, _, f, keep = _args(Z, W, None, 4, mask, (c0, h0), first=first)
+    states = _LSTMBlockLoop.apply(Z, W, c0, h0, m, f, keep, [float(v) for v in k], with_af)
+    return states, states[:, -1]
 
 
 def mvma_lstm_loop(Z: torch.Tensor, W: torch.Tensor, initial_state: torch.Tensor | None = None,
@@ -207,9 +233,17 @@ def mvma_lstm_loop(Z: torch.Tensor, W: torch.Tensor, initial_state: torch.Tensor
     step of rnnlens.ops.affine's LSTMView (W_hf drops out of the view). first as mvma_gru_loop's.
     Its reference is the view's block scan; T >= 1; differentiable in Z, W and the start state
     [B,2H] = [c; h] (once)."""
-    B, H = Z.shape[0], Z.shape[-1] // 4
-    s0 = Z.new_zeros(B, 2 * H) if initial_state is None else initial_state.to(Z.dtype).expand(B, 2 * H)
-    c0, h0 = s0[:, :H].contiguous(), s0[:, H:].contiguous()
-    Z, W, _, m, _, f, keep = _args(Z, W, None, 4, mask, (c0, h0), first=first)
-    states = _MVMALSTMLoop.apply(Z, torch.cat([W[:H], W[2 * H:]]), c0, h0, m, f, keep)
-    return states, states[:, -1]
+    return _lstm_block_loop(Z, W, initial_state, mask, first, ())
+
+
+def approx_lstm_loop(Z: torch.Tensor, W: torch.Tensor, k, initial_state: torch.Tensor | None = None,
+                     mask: torch.Tensor | None = None, with_af: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(states [B,T,2H] = [c; h], final [B,2H]) of the sequence-level paper's approximate LSTM
+    forms (rnnlens.cells.ngram.LSTMApprox) from Z [B,T,4H] = W_ih x + b_ih, W = W_hh [4H,H] and
+    the kind's nine constants k (rnnlens.cells.approx_terms.LSTM_KINDS): the terms
+    (csrc/lstm_approx.h) formed at each step of the same C++ loop as mvma_lstm_loop's, with the
+    a_f W_hf term where with_af (the variant). Its reference is the cell's view through the
+    block scan; T >= 1; differentiable in Z, W and the start state (once)."""
+    if len(k) != 9:
+        raise ValueError(f"k must hold 9 constants; got {len(k)}")
+    return _lstm_block_loop(Z, W, initial_state, mask, None, k, with_af)

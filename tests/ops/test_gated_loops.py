@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rnnlens.cells import from_torch
+from rnnlens.cells.approx_terms import LSTM_KINDS
 from rnnlens.ops import gated_loops as gl
 from rnnlens.ops.spectral import per_gate_spectral_norm
 from tests.support import E, make as make_cell, max_diff
@@ -228,13 +229,19 @@ def test_bad_shapes_are_refused():
         gl.lstm_loop(torch.randn(2, 3, 6), torch.randn(6, 2), torch.randn(6))
 
 
-@pytest.mark.parametrize("name", ["mvma-g", "mvm-g", "mvma-l", "mvm-l"])
+LOOP_OF = {"mvma-g": "mvma_gru_loop", "mvm-g": "mvma_gru_loop", "mvma-l": "mvma_lstm_loop",
+           "mvm-l": "mvma_lstm_loop", "lstm-approx": "approx_lstm_loop", "lstm-simplified": "approx_lstm_loop",
+           "lstm-variant": "approx_lstm_loop"}
+
+
+@pytest.mark.parametrize("name", list(LOOP_OF))
 @pytest.mark.parametrize("mask_kind", ["none", "right", "mixed"])
 @pytest.mark.parametrize("B", [3, 24])
 def test_mvma_loops_equal_the_views_scan_and_the_dense_reference(name, mask_kind, B, monkeypatch):
-    """MVMA-G/-L and MVM-G/-L (g at the first real token only) through the loops that form the
-    view's terms at each step: the same values and gradients as the view's structured or block
-    scan (RNNLENS_CPP_GATED=0) and as the dense step of the paper's equations (forward_ref)."""
+    """MVMA-G/-L and MVM-G/-L (g at the first real token only), and the approximate, simplified
+    and variant LSTM, through the loops that form the view's terms at each step: the same values
+    and gradients as the view's structured or block scan (RNNLENS_CPP_GATED=0) and as the dense
+    step of the paper's equations (forward_ref)."""
     torch.set_num_threads(2)
     cell = make(name)
     torch.manual_seed(3)
@@ -243,7 +250,7 @@ def test_mvma_loops_equal_the_views_scan_and_the_dense_reference(name, mask_kind
     mask = masks(B, 7)[mask_kind]
     wrt = [x, s0, *cell.parameters()]
     calls = []
-    loop = "mvma_gru_loop" if name.endswith("g") else "mvma_lstm_loop"
+    loop = LOOP_OF[name]
     real = getattr(gl, loop)
     monkeypatch.setattr(gl, loop, lambda *a, **k: calls.append(1) or real(*a, **k))
     check_against(cell(x, mask, s0), cell.forward_ref(x, mask, s0), wrt, tol=1e-10)
@@ -259,7 +266,7 @@ def _structured(cell, x, mask, s0, monkeypatch):
         return cell(x, mask, s0)
 
 
-@pytest.mark.parametrize("base", ["gru", "lstm"])
+@pytest.mark.parametrize("base", ["gru", "lstm", "approx", "simplified", "variant"])
 def test_mvma_loops_gradcheck_and_no_grad(base):
     torch.manual_seed(7)
     B, T, h = 3, 4, 3
@@ -272,8 +279,11 @@ def test_mvma_loops_gradcheck_and_no_grad(base):
     first = torch.tensor([[1, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]], dtype=torch.float64)
 
     def loop(P, W, b, s0, **k):
+        if base in LSTM_KINDS:
+            k.pop("first", None)
+            return gl.approx_lstm_loop(P, W, LSTM_KINDS[base], s0, with_af=base == "variant", **k)
         return gl.mvma_gru_loop(P, W, b, s0, **k) if base == "gru" else gl.mvma_lstm_loop(P, W, s0, **k)
-    for f in (None, first):
+    for f in (None, first) if base not in LSTM_KINDS else (None,):
         assert torch.autograd.gradcheck(lambda *a: loop(*a, mask=mask, first=f), (P, W, b, s0))
     with torch.no_grad():
         out, final = loop(P, W, b, s0, mask=mask)

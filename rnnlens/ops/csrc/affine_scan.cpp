@@ -12,6 +12,8 @@
 //     h_t = k * u + a_o * u_o + g_h
 // GRU (torch's equations; rnnlens/ops/gated_loops.py): one product W_hh h_{t-1} a step, the gates
 // in one pass, and a reverse loop that keeps the gate gradients for one dW_hh product.
+// The LSTM block cells whose terms come from the input alone (MVMA-L, the approximate LSTM
+// forms) form them at each step of the same kind of loop instead of in passes of their own.
 // A pad (mask false) keeps the state; its gradient passes straight to the step before.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -19,6 +21,7 @@
 #include <torch/library.h>
 
 #include <optional>
+#include <type_traits>
 #include <string_view>
 #include <cctype>
 #include <cstdlib>
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "gru_view.h"
+#include "lstm_approx.h"
 #include "lstm_view.h"
 #include "vecmath.h"
 
@@ -1033,17 +1037,57 @@ std::vector<at::Tensor> mvma_gru_backward(const at::Tensor& dH, const at::Tensor
 }
 
 // ---------------------------------------------------------------------------------------------
-// MVMA-L (and MVM-L) in one loop over time: the LSTM view's terms (lstm_view.h) formed at each
-// step from Z = W_ih x + b_ih + b_hh [B,T,4H], and the block step on s = [c; h] with
-// U = W3 h_{t-1} (W3 = [W_hi; W_hg; W_ho] [3H,H]: W_hf multiplies c = 0 in the view),
-//   u = f c_{t-1} + a_i u_i + a_g u_g,  c_t = u + first * c0,  h_t = k u + a_o u_o + first * o tanh(c0)
-// (c0 = i g, the view's g = [c0, o tanh(c0)]; first as MVMA-G's). A pad keeps (c, h). Ss [B,T,2H]
-// every state [c; h]; K [B,T,3H] keeps U for the backward, which forms the gates again from Z.
+// The LSTM block view's cells in one loop over time: MVMA-L (and MVM-L), whose view terms are
+// the LSTM's first-order view (lstm_view.h), and the sequence-level paper's approximate LSTM
+// forms (lstm_approx.h), their terms formed at each step from Z [B,T,4H] (MVMA-L: W_ih x +
+// b_ih + b_hh; the approximate forms: W_ih x + b_ih). The block step on s = [c; h] with
+// U = Wu h_{t-1} (Wu = [W_hi; W_hg; W_ho] [3H,H], and W_hf below them where the kind has an a_f
+// term: NU = 4H; MVMA-L's W_hf multiplies c = 0 in the view),
+//   u = f c_{t-1} + a_i u_i + a_g u_g [+ a_f u_f],  c_t = u + first * g_c,
+//   h_t = k u + a_o u_o + first * g_h
+// (first as MVMA-G's; 1 without it). A pad keeps (c, h). Ss [B,T,2H] every state [c; h];
+// K [B,T,NU] keeps U for the backward, which forms the terms again from Z.
+//
+// The terms' policies: prep(z, sc) once a row and step (MVMA-L: the gates into scratch),
+// at(z, sc, j) the terms of value j, grad(...) z's gradient from those of the terms.
 template <typename T>
-void mvma_lstm_fwd_impl(const at::Tensor& Z, const at::Tensor& W3, const at::Tensor& c0, const at::Tensor& h0,
-                        const at::Tensor& mask, const at::Tensor& first, at::Tensor& Ss, at::Tensor& K,
-                        bool onednn) {
-  const int64_t B = Z.size(0), Tn = Z.size(1), H = h0.size(1), H3 = 3 * H;
+struct MvmaLstmTerms {
+  int64_t H;
+  static constexpr int64_t kScratch = 6;
+  void prep(const T* z, T* sc) const {
+    rnnlens_lstm_view::gates(z, sc, sc + H, sc + 2 * H, sc + 3 * H, sc + 4 * H, sc + 5 * H, H);
+  }
+  rnnlens_lstm_approx::Terms<T> at(const T*, const T* sc, int64_t j) const {
+    const T ii = sc[j], ff = sc[H + j], g0 = sc[2 * H + j], oo = sc[3 * H + j], t = sc[4 * H + j];
+    return {sc[5 * H + j], oo * t, ff, g0 * ii * (T(1) - ii), ii * (T(1) - g0 * g0), T(0), oo * (T(1) - t * t),
+            t * oo * (T(1) - oo)};
+  }
+  void grad(const T*, const T* sc, int64_t j, T dgc, T dgh, T df, T dai, T dag, T, T dk, T dao, T* dz) const {
+    rnnlens_lstm_view::backward(sc[j], sc[H + j], sc[2 * H + j], sc[3 * H + j], sc[4 * H + j], dgc, dgh, df, dai, dag,
+                                dao, dk, dz[j], dz[H + j], dz[2 * H + j], dz[3 * H + j]);
+  }
+};
+
+template <typename T>
+struct ApproxLstmTerms {
+  int64_t H;
+  rnnlens_lstm_approx::Consts<T> q;
+  static constexpr int64_t kScratch = 0;
+  void prep(const T*, T*) const {}
+  rnnlens_lstm_approx::Terms<T> at(const T* z, const T*, int64_t j) const {
+    return rnnlens_lstm_approx::terms(q, z[j], z[H + j], z[2 * H + j], z[3 * H + j]);
+  }
+  void grad(const T* z, const T*, int64_t j, T dgc, T dgh, T df, T dai, T dag, T daf, T dk, T dao, T* dz) const {
+    rnnlens_lstm_approx::backward(q, z[j], z[2 * H + j], z[3 * H + j], dgc, dgh, df, dai, dag, daf, dk, dao, dz[j],
+                                  dz[H + j], dz[2 * H + j], dz[3 * H + j]);
+  }
+};
+
+template <typename T, bool AF, typename Pol>
+void lstm_block_fwd_impl(const at::Tensor& Z, const at::Tensor& Wu, const at::Tensor& c0, const at::Tensor& h0,
+                         const at::Tensor& mask, const at::Tensor& first, at::Tensor& Ss, at::Tensor& K, bool onednn,
+                         const Pol& pol) {
+  const int64_t B = Z.size(0), Tn = Z.size(1), H = h0.size(1), NU = (AF ? 4 : 3) * H;
   at::Tensor h = h0.clone(at::MemoryFormat::Contiguous);
   at::Tensor c = c0.clone(at::MemoryFormat::Contiguous);
   T* hp = h.data_ptr<T>();
@@ -1053,26 +1097,22 @@ void mvma_lstm_fwd_impl(const at::Tensor& Z, const at::Tensor& W3, const at::Ten
   T* Sp = Ss.data_ptr<T>();
   const bool* mp = mask.numel() ? mask.data_ptr<bool>() : nullptr;
   T* Kp = K.numel() ? K.data_ptr<T>() : nullptr;
-  gated_forward<T>(B, Tn, H3, H3, h, W3, at::empty({0}, Z.options()), mp, Kp, onednn,
+  gated_forward<T>(B, Tn, NU, NU, h, Wu, at::empty({0}, Z.options()), mp, Kp, onednn,
     [&](int64_t b, int64_t bt, const T* __restrict__ ub, T* __restrict__ k, T* sc) {
-      T* __restrict__ ig = sc;
-      T* __restrict__ fg = sc + H;
-      T* __restrict__ gg = sc + 2 * H;
-      T* __restrict__ og = sc + 3 * H;
-      T* __restrict__ tc = sc + 4 * H;
-      T* __restrict__ cz = sc + 5 * H;
-      rnnlens_lstm_view::gates(Zp + bt * 4 * H, ig, fg, gg, og, tc, cz, H);
-      if (Kp) std::copy(ub, ub + H3, k);
+      const T* __restrict__ z = Zp + bt * 4 * H;
+      pol.prep(z, sc);
+      if (Kp) std::copy(ub, ub + NU, k);
       const T f = fp ? fp[bt] : T(1);
       T* __restrict__ hb = hp + b * H;
       T* __restrict__ cb = cp + b * H;
       T* __restrict__ out = Sp + bt * 2 * H;
 #pragma GCC ivdep
       for (int64_t j = 0; j < H; ++j) {
-        const T ii = ig[j], g0 = gg[j], oo = og[j], t = tc[j];
-        const T u = fg[j] * cb[j] + g0 * ii * (T(1) - ii) * ub[j] + ii * (T(1) - g0 * g0) * ub[H + j];
-        out[j] = u + f * cz[j];
-        out[H + j] = oo * (T(1) - t * t) * u + t * oo * (T(1) - oo) * ub[2 * H + j] + f * oo * t;
+        const auto m = pol.at(z, sc, j);
+        T u = m.f * cb[j] + m.ai * ub[j] + m.ag * ub[H + j];
+        if constexpr (AF) u += m.af * ub[3 * H + j];
+        out[j] = u + f * m.gc;
+        out[H + j] = m.k * u + m.ao * ub[2 * H + j] + f * m.gh;
         cb[j] = out[j];
         hb[j] = out[H + j];
       }
@@ -1080,37 +1120,55 @@ void mvma_lstm_fwd_impl(const at::Tensor& Z, const at::Tensor& W3, const at::Ten
     [&](int64_t b, int64_t bt) {
       std::copy(cp + b * H, cp + (b + 1) * H, Sp + bt * 2 * H);
       std::copy(hp + b * H, hp + (b + 1) * H, Sp + bt * 2 * H + H);
-    }, 6 * H);
+    }, Pol::kScratch * H);
 }
 
-// -> {Ss [B,T,2H], K [B,T,3H] (empty unless keep)}
-std::vector<at::Tensor> mvma_lstm_forward(const at::Tensor& Z, const at::Tensor& W3, const at::Tensor& c0,
-                                          const at::Tensor& h0, const at::Tensor& mask, const at::Tensor& first,
-                                          bool keep, bool onednn) {
+// Runs run(AF, policy) with the terms k names: empty, MVMA-L's; else an approximate form's nine
+// constants (lstm_approx.h), with a_f where af.
+template <typename T, typename F>
+void with_terms(c10::ArrayRef<double> k, int64_t H, bool af, const F& run) {
+  TORCH_CHECK(k.empty() || k.size() == 9, "lstm_block: MVMA-L's terms (no constants) or an approximate form's 9");
+  TORCH_CHECK(!af || !k.empty(), "lstm_block: MVMA-L's view has no a_f term");
+  if (k.empty()) {
+    run(std::false_type{}, MvmaLstmTerms<T>{H});
+  } else if (af) {
+    run(std::true_type{}, ApproxLstmTerms<T>{H, rnnlens_lstm_approx::Consts<T>(k.data())});
+  } else {
+    run(std::false_type{}, ApproxLstmTerms<T>{H, rnnlens_lstm_approx::Consts<T>(k.data())});
+  }
+}
+
+// -> {Ss [B,T,2H], K [B,T,NU] (empty unless keep)}
+std::vector<at::Tensor> lstm_block_forward(const at::Tensor& Z, const at::Tensor& Wu, const at::Tensor& c0,
+                                           const at::Tensor& h0, const at::Tensor& mask, const at::Tensor& first,
+                                           c10::ArrayRef<double> k, bool keep, bool onednn) {
   TORCH_CHECK(Z.dim() == 3 && h0.dim() == 2 && c0.sizes() == h0.sizes() && Z.size(0) == h0.size(0) &&
                   Z.size(2) == 4 * h0.size(1),
-              "mvma_lstm_forward: Z must be [B,T,4H], c0 and h0 [B,H]");
-  TORCH_CHECK(W3.size(0) == 3 * h0.size(1) && W3.size(1) == h0.size(1), "mvma_lstm_forward: W3 must be [3H,H]");
-  const int64_t B = Z.size(0), Tn = Z.size(1), H = h0.size(1);
+              "lstm_block_forward: Z must be [B,T,4H], c0 and h0 [B,H]");
+  const int64_t B = Z.size(0), Tn = Z.size(1), H = h0.size(1), NU = Wu.size(0);
+  TORCH_CHECK((NU == 3 * H || NU == 4 * H) && Wu.size(1) == H, "lstm_block_forward: Wu must be [3H,H] or [4H,H]");
   at::Tensor Ss = at::empty({B, Tn, 2 * H}, Z.options());
-  at::Tensor K = keep ? at::empty({B, Tn, 3 * H}, Z.options()) : at::empty({0}, Z.options());
-  AT_DISPATCH_FLOATING_TYPES(Z.scalar_type(), "mvma_lstm_forward", [&] {
-    mvma_lstm_fwd_impl<scalar_t>(Z.contiguous(), W3.contiguous(), c0, h0, mask, first.contiguous(), Ss, K, onednn);
+  at::Tensor K = keep ? at::empty({B, Tn, NU}, Z.options()) : at::empty({0}, Z.options());
+  AT_DISPATCH_FLOATING_TYPES(Z.scalar_type(), "lstm_block_forward", [&] {
+    with_terms<scalar_t>(k, H, NU == 4 * H, [&](auto af, const auto& pol) {
+      lstm_block_fwd_impl<scalar_t, decltype(af)::value>(Z.contiguous(), Wu.contiguous(), c0, h0, mask,
+                                                         first.contiguous(), Ss, K, onednn, pol);
+    });
   });
   return {Ss, K};
 }
 
-// MVMA-L's reverse loop: dc = dL/dc_t from the states and the carry (du f of the step after),
+// The reverse loop: dc = dL/dc_t from the states and the carry (du f of the step after),
 // dh = dL/dh_t from the states, the step after's product and across pads; du = dc + k dh;
-// G = (du a_i, du a_g, dh a_o) for the product and dW3; the terms' gradients (dL/dg_view =
-// first (dc, dh), df = du c_{t-1}, da_i = du u_i, da_g = du u_g, da_o = dh u_o, dk = dh u) through
-// lstm_view.h's backward to dZ.
-template <typename T>
-void mvma_lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& W3t, const at::Tensor& Z, const at::Tensor& K,
-                        const at::Tensor& Ss, const at::Tensor& c0, const at::Tensor& h0, const at::Tensor& mask,
-                        const at::Tensor& first, at::Tensor& dcar, at::Tensor& hcar, at::Tensor& dZ,
-                        at::Tensor& dh0, at::Tensor& G, at::Tensor& hprev, bool onednn) {
-  const int64_t B = dS.size(0), Tn = dS.size(1), H = dS.size(2) / 2, H3 = 3 * H;
+// G = (du a_i, du a_g, dh a_o [, du a_f]) for the product and dWu; the terms' gradients
+// (dL/dg_view = first (dc, dh), df = du c_{t-1}, da_i = du u_i, da_g = du u_g, da_f = du u_f,
+// da_o = dh u_o, dk = dh u) through the policy's grad to dZ.
+template <typename T, bool AF, typename Pol>
+void lstm_block_bwd_impl(const at::Tensor& dS, const at::Tensor& Wut, const at::Tensor& Z, const at::Tensor& K,
+                         const at::Tensor& Ss, const at::Tensor& c0, const at::Tensor& h0, const at::Tensor& mask,
+                         const at::Tensor& first, at::Tensor& dcar, at::Tensor& hcar, at::Tensor& dZ,
+                         at::Tensor& dh0, at::Tensor& G, at::Tensor& hprev, bool onednn, const Pol& pol) {
+  const int64_t B = dS.size(0), Tn = dS.size(1), H = dS.size(2) / 2, NU = (AF ? 4 : 3) * H;
   const T* dSp = dS.data_ptr<T>();
   const T* Zp = Z.data_ptr<T>();
   const T* Kp = K.data_ptr<T>();
@@ -1129,57 +1187,59 @@ void mvma_lstm_bwd_impl(const at::Tensor& dS, const at::Tensor& W3t, const at::T
       hc[j] += dy[H + j] + db[j];
     }
   };
-  gated_backward<T>(B, Tn, H, H3, W3t, at::empty({0}, Z.options()), Sp + H, 2 * H, h0.data_ptr<T>(), mp, G,
+  gated_backward<T>(B, Tn, H, NU, Wut, at::empty({0}, Z.options()), Sp + H, 2 * H, h0.data_ptr<T>(), mp, G,
                     dZ.data_ptr<T>(), 4 * H, hprev.data_ptr<T>(), hcar, dh0, onednn,
     [&](int64_t b, int64_t bt, const T* __restrict__, const T* __restrict__ db, T* __restrict__ g,
         T* __restrict__ dz, T* sc) {
-      T* __restrict__ ig = sc;
-      T* __restrict__ fg = sc + H;
-      T* __restrict__ gg = sc + 2 * H;
-      T* __restrict__ og = sc + 3 * H;
-      T* __restrict__ tc = sc + 4 * H;
-      rnnlens_lstm_view::gates(Zp + bt * 4 * H, ig, fg, gg, og, tc, sc + 5 * H, H);
+      const T* __restrict__ z = Zp + bt * 4 * H;
+      pol.prep(z, sc);
       const int64_t t = bt - b * Tn;
       const T* __restrict__ cpv = t ? Sp + (bt - 1) * 2 * H : c0p + b * H;    // c_{t-1}
-      const T* __restrict__ u = Kp + bt * H3;
+      const T* __restrict__ u = Kp + bt * NU;
       const T* __restrict__ dy = dSp + bt * 2 * H;
       T* __restrict__ dcb = dcp + b * H;
       T* __restrict__ hc = hcp + b * H;
       const T f = fp ? fp[bt] : T(1);
 #pragma GCC ivdep
       for (int64_t j = 0; j < H; ++j) {
-        const T ii = ig[j], ff = fg[j], g0 = gg[j], oo = og[j], tt = tc[j];
-        const T ai = g0 * ii * (T(1) - ii), ag = ii * (T(1) - g0 * g0), ao = tt * oo * (T(1) - oo);
-        const T kk = oo * (T(1) - tt * tt);
+        const auto m = pol.at(z, sc, j);
         const T dc = dy[j] + dcb[j], dh = dy[H + j] + db[j] + hc[j];
-        const T du = dc + kk * dh;
+        const T du = dc + m.k * dh;
         hc[j] = T(0);
-        dcb[j] = du * ff;
-        g[j] = du * ai;
-        g[H + j] = du * ag;
-        g[2 * H + j] = dh * ao;
-        const T uu = ff * cpv[j] + ai * u[j] + ag * u[H + j];
-        rnnlens_lstm_view::backward(ii, ff, g0, oo, tt, dc * f, dh * f, du * cpv[j], du * u[j], du * u[H + j],
-                                    dh * u[2 * H + j], dh * uu, dz[j], dz[H + j], dz[2 * H + j], dz[3 * H + j]);
+        dcb[j] = du * m.f;
+        g[j] = du * m.ai;
+        g[H + j] = du * m.ag;
+        g[2 * H + j] = dh * m.ao;
+        T uu = m.f * cpv[j] + m.ai * u[j] + m.ag * u[H + j];
+        T daf = T(0);
+        if constexpr (AF) {
+          g[3 * H + j] = du * m.af;
+          uu += m.af * u[3 * H + j];
+          daf = du * u[3 * H + j];
+        }
+        pol.grad(z, sc, j, dc * f, dh * f, du * cpv[j], du * u[j], du * u[H + j], daf, dh * uu, dh * u[2 * H + j],
+                 dz);
       }
-    }, pad, 6 * H);
+    }, pad, Pol::kScratch * H);
 }
 
-// -> {dZ [B,T,4H], dc0, dh0 [B,H], G [T,B,3H], h_prev [T,B,H]}
-std::vector<at::Tensor> mvma_lstm_backward(const at::Tensor& dS, const at::Tensor& W3, const at::Tensor& Z,
-                                           const at::Tensor& K, const at::Tensor& Ss, const at::Tensor& c0,
-                                           const at::Tensor& h0, const at::Tensor& mask, const at::Tensor& first,
-                                           bool onednn) {
-  TORCH_CHECK(K.numel() * 2 == Ss.numel() * 3, "mvma_lstm_backward needs the forward's K (keep=true)");
-  const int64_t B = dS.size(0), Tn = dS.size(1), H = dS.size(2) / 2;
+// -> {dZ [B,T,4H], dc0, dh0 [B,H], G [T,B,NU], h_prev [T,B,H]}
+std::vector<at::Tensor> lstm_block_backward(const at::Tensor& dS, const at::Tensor& Wu, const at::Tensor& Z,
+                                            const at::Tensor& K, const at::Tensor& Ss, const at::Tensor& c0,
+                                            const at::Tensor& h0, const at::Tensor& mask, const at::Tensor& first,
+                                            c10::ArrayRef<double> k, bool onednn) {
+  const int64_t B = dS.size(0), Tn = dS.size(1), H = dS.size(2) / 2, NU = Wu.size(0);
+  TORCH_CHECK(K.numel() * 2 * H == Ss.numel() * NU, "lstm_block_backward needs the forward's K (keep=true)");
   at::Tensor dZ = at::empty({B, Tn, 4 * H}, dS.options());
   at::Tensor dh0 = at::empty({B, H}, dS.options());
-  at::Tensor G = at::empty({Tn, B, 3 * H}, dS.options()), hprev = at::empty({Tn, B, H}, dS.options());
+  at::Tensor G = at::empty({Tn, B, NU}, dS.options()), hprev = at::empty({Tn, B, H}, dS.options());
   at::Tensor dcar = at::zeros({B, H}, dS.options()), hcar = at::zeros({B, H}, dS.options());
-  AT_DISPATCH_FLOATING_TYPES(dS.scalar_type(), "mvma_lstm_backward", [&] {
-    mvma_lstm_bwd_impl<scalar_t>(dS.contiguous(), W3.t().contiguous(), Z.contiguous(), K.contiguous(),
-                                 Ss.contiguous(), c0.contiguous(), h0.contiguous(), mask, first.contiguous(), dcar,
-                                 hcar, dZ, dh0, G, hprev, onednn);
+  AT_DISPATCH_FLOATING_TYPES(dS.scalar_type(), "lstm_block_backward", [&] {
+    with_terms<scalar_t>(k, H, NU == 4 * H, [&](auto af, const auto& pol) {
+      lstm_block_bwd_impl<scalar_t, decltype(af)::value>(
+          dS.contiguous(), Wu.t().contiguous(), Z.contiguous(), K.contiguous(), Ss.contiguous(), c0.contiguous(),
+          h0.contiguous(), mask, first.contiguous(), dcar, hcar, dZ, dh0, G, hprev, onednn, pol);
+    });
   });
   return {dZ, dcar, dh0, G, hprev};
 }
@@ -1208,10 +1268,10 @@ TORCH_LIBRARY(rnnlens_affine_scan, m) {
         "bool onednn) -> Tensor[]");
   m.def("mvma_gru_backward(Tensor dH, Tensor W, Tensor P, Tensor bh, Tensor K, Tensor Hs, Tensor h0, Tensor mask, "
         "Tensor first, bool onednn) -> Tensor[]");
-  m.def("mvma_lstm_forward(Tensor Z, Tensor W3, Tensor c0, Tensor h0, Tensor mask, Tensor first, bool keep, "
-        "bool onednn) -> Tensor[]");
-  m.def("mvma_lstm_backward(Tensor dS, Tensor W3, Tensor Z, Tensor K, Tensor Ss, Tensor c0, Tensor h0, Tensor mask, "
-        "Tensor first, bool onednn) -> Tensor[]");
+  m.def("lstm_block_forward(Tensor Z, Tensor Wu, Tensor c0, Tensor h0, Tensor mask, Tensor first, float[] k, "
+        "bool keep, bool onednn) -> Tensor[]");
+  m.def("lstm_block_backward(Tensor dS, Tensor Wu, Tensor Z, Tensor K, Tensor Ss, Tensor c0, Tensor h0, Tensor mask, "
+        "Tensor first, float[] k, bool onednn) -> Tensor[]");
   m.def("lstm_cell_backward(Tensor dH, Tensor dcT, Tensor W, Tensor K, Tensor Hs, Tensor Cs, Tensor h0, Tensor c0, "
         "Tensor mask, Tensor drop, bool onednn) -> Tensor[]");
 }
@@ -1229,6 +1289,6 @@ TORCH_LIBRARY_IMPL(rnnlens_affine_scan, CPU, m) {
   m.impl("lstm_cell_backward", &lstm_cell_backward);
   m.impl("mvma_gru_forward", &mvma_gru_forward);
   m.impl("mvma_gru_backward", &mvma_gru_backward);
-  m.impl("mvma_lstm_forward", &mvma_lstm_forward);
-  m.impl("mvma_lstm_backward", &mvma_lstm_backward);
+  m.impl("lstm_block_forward", &lstm_block_forward);
+  m.impl("lstm_block_backward", &lstm_block_backward);
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gru_view.h"
+#include "lstm_approx.h"
 #include "lstm_view.h"
 #include "vecmath.h"
 
@@ -278,8 +279,7 @@ struct ApproxLstmOut {
 
 template <typename T>
 void lstm_approx_fwd(const T* Z, const double* kk, const ApproxLstmOut<T>& o, int64_t N, int64_t H) {
-  const T ff = T(kk[0]), f0 = T(kk[1]), fi = T(kk[2]), fc = T(kk[3]), ai = T(kk[4]), ag = T(kk[5]), ko = T(kk[6]),
-          aog = T(kk[7]), aov = T(kk[8]);
+  const rnnlens_lstm_approx::Consts<T> q(kk);
   at::parallel_for(0, N, kGrain, [&](int64_t n0, int64_t n1) {
     for (int64_t p = n0; p < n1; ++p) {
       const T* __restrict__ zi = Z + p * 4 * H;
@@ -294,19 +294,18 @@ void lstm_approx_fwd(const T* Z, const double* kk, const ApproxLstmOut<T>& o, in
       T* __restrict__ a_o = o.ao + p * H;
 #pragma GCC ivdep
       for (int64_t j = 0; j < H; ++j) {
-        const T i = zi[j], fz = zf[j], c = zc[j], oz = zo[j];
-        const T gc = T(0.25) * (i + T(2)) * c;
-        g2[j] = gc;
-        g2[H + j] = T(0.25) * (oz + T(2)) * gc;
-        f[j] = T(0.25) * (ff * fz + f0 + fi * i + fc * c);
-        a_i[j] = T(0.25) * ai * c;
-        a_g[j] = T(0.25) * (ag * i + T(2));
-        k[j] = T(0.25) * (ko * oz + T(2));
-        a_o[j] = T(0.25) * (aog * gc + T(0.1) * aov * (fz + oz));
+        const auto m = rnnlens_lstm_approx::terms(q, zi[j], zf[j], zc[j], zo[j]);
+        g2[j] = m.gc;
+        g2[H + j] = m.gh;
+        f[j] = m.f;
+        a_i[j] = m.ai;
+        a_g[j] = m.ag;
+        k[j] = m.k;
+        a_o[j] = m.ao;
       }
       if (o.af) {
         T* __restrict__ a_f = o.af + p * H;
-        for (int64_t j = 0; j < H; ++j) a_f[j] = T(0.1) * zf[j];
+        for (int64_t j = 0; j < H; ++j) a_f[j] = rnnlens_lstm_approx::terms(q, zi[j], zf[j], zc[j], zo[j]).af;
       }
     }
   });
@@ -319,8 +318,7 @@ struct ApproxLstmGrads {
 
 template <typename T>
 void lstm_approx_bwd(const T* Z, const double* kk, const ApproxLstmGrads<T>& d, T* dZ, int64_t N, int64_t H) {
-  const T ff = T(kk[0]), fi = T(kk[2]), fc = T(kk[3]), ai = T(kk[4]), ag = T(kk[5]), ko = T(kk[6]), aog = T(kk[7]),
-          aov = T(kk[8]);
+  const rnnlens_lstm_approx::Consts<T> q(kk);
   at::parallel_for(0, N, kGrain, [&](int64_t n0, int64_t n1) {
     for (int64_t p = n0; p < n1; ++p) {
       const T* __restrict__ zi = Z + p * 4 * H;
@@ -334,19 +332,17 @@ void lstm_approx_bwd(const T* Z, const double* kk, const ApproxLstmGrads<T>& d, 
       const T* __restrict__ Dag = d.dag + o1;
       const T* __restrict__ Dai = d.dai + o1;
       const T* __restrict__ Dk = d.dk + o1;
+      const T* __restrict__ Daf = d.daf ? d.daf + o1 : nullptr;
+      if (Daf) {
 #pragma GCC ivdep
-      for (int64_t j = 0; j < H; ++j) {
-        const T i = zi[j], c = zc[j], oz = zo[j], dgh = dg[H + j];
-        const T df = Df[j], dao = Dao[j];
-        const T dgc = dg[j] + T(0.25) * (dgh * (oz + T(2)) + aog * dao);      // g_c's gradient, all paths
-        out[j] = T(0.25) * (dgc * c + fi * df + ag * Dag[j]);
-        out[H + j] = T(0.25) * (ff * df + T(0.1) * aov * dao);
-        out[2 * H + j] = T(0.25) * (dgc * (i + T(2)) + fc * df + ai * Dai[j]);
-        out[3 * H + j] = T(0.25) * (dgh * T(0.25) * (i + T(2)) * c + ko * Dk[j] + T(0.1) * aov * dao);
-      }
-      if (d.daf) {
-        const T* __restrict__ Daf = d.daf + o1;
-        for (int64_t j = 0; j < H; ++j) out[H + j] += T(0.1) * Daf[j];
+        for (int64_t j = 0; j < H; ++j)
+          rnnlens_lstm_approx::backward(q, zi[j], zc[j], zo[j], dg[j], dg[H + j], Df[j], Dai[j], Dag[j], Daf[j],
+                                        Dk[j], Dao[j], out[j], out[H + j], out[2 * H + j], out[3 * H + j]);
+      } else {
+#pragma GCC ivdep
+        for (int64_t j = 0; j < H; ++j)
+          rnnlens_lstm_approx::backward(q, zi[j], zc[j], zo[j], dg[j], dg[H + j], Df[j], Dai[j], Dag[j], T(0),
+                                        Dk[j], Dao[j], out[j], out[H + j], out[2 * H + j], out[3 * H + j]);
       }
     }
   });
