@@ -46,9 +46,10 @@ class AffineCell(Cell):
     `matrices_ref(x) -> (A[B,T,S,S], g[B,T,S])` (dense, from the paper's equations).
     `additive` (Cell's) is True for MVMA, False for MVM."""
     # Recompute the view's coefficients in the backward of long inputs (RECOMPUTE_POSITIONS).
-    # Measured at batch 32 x length 4096 x 256: lstm-approx 3,097 -> 2,359 MB peak; MVMA-G/L,
-    # whose views go through fused coefficient functions of their own, rose (3,035 -> 3,245 MB),
-    # so they keep it off.
+    # Measured at batch 32 x length 4096 x 256: lstm-approx 3,097 -> 2,359 MB peak (through the
+    # view's block scan; on the CPU the LSTM forms now run a fused loop that keeps no
+    # coefficients); MVMA-G/L, whose views go through fused coefficient functions of their own,
+    # rose (3,035 -> 3,245 MB), so they keep it off.
     recompute_view = True
     clamp: float | None = None      # bound states to (-clamp, clamp) (sequence-level A.4)
     settings = frozenset({"clamp", "spectral_norm"})
