@@ -288,3 +288,17 @@ def test_mvma_loops_gradcheck_and_no_grad(base):
     with torch.no_grad():
         out, final = loop(P, W, b, s0, mask=mask)
     assert not out.requires_grad and max_diff(final, out[:, -1]) == 0
+
+
+@pytest.mark.parametrize("name", list(LOOP_OF))
+def test_view_loops_in_float32_through_onednn(name, monkeypatch):
+    """float32 (the per-step products through oneDNN's prepacked weights, the batch in two
+    chunks): the loops against the view's scan of the same cell, values and gradients."""
+    torch.set_num_threads(2)
+    cell = make(name, torch.float32)
+    torch.manual_seed(4)
+    x = torch.randn(32, 9, E, requires_grad=True)
+    s0 = (torch.randn(32, cell.state_size) * 0.5).requires_grad_()
+    mask = masks(32, 9)["mixed"]
+    wrt = [x, s0, *cell.parameters()]
+    check_against(cell(x, mask, s0), _structured(cell, x, mask, s0, monkeypatch), wrt, tol=2e-4)
