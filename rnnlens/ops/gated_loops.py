@@ -193,7 +193,7 @@ class _LSTMBlockLoop(torch.autograd.Function):
         states, K = torch.ops.rnnlens_affine_scan.lstm_block_forward(Z, Wu, c0, h0, mask, first, k, keep,
                                                                       onednn_applies(Z, Wu))
         ctx.save_for_backward(Z, Wu, K, states, c0, h0, mask, first)
-        ctx.k, ctx.with_af = k, with_af
+        ctx.k = k
         return states
 
     @staticmethod
@@ -209,7 +209,7 @@ class _LSTMBlockLoop(torch.autograd.Function):
         if dWu is not None:         # back to W_hh's rows (i, f, g, o); W_hf's zero without a_f
             dW = dWu.new_empty(4 * H, H)
             dW[:H], dW[2 * H:] = dWu[:H], dWu[H:3 * H]
-            dW[H:2 * H] = dWu[3 * H:] if ctx.with_af else 0
+            dW[H:2 * H] = dWu[3 * H:] if Wu.shape[0] == 4 * H else 0
         return dZ, dW, dc0, dh0, None, None, None, None, None
 
 

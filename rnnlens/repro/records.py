@@ -16,6 +16,7 @@ folder as it was given, relative), never the machine's absolute paths.
 from __future__ import annotations
 
 
+import functools
 import json
 import os
 import platform
@@ -76,17 +77,13 @@ def commit() -> str | None:
     return (head + ("+changes" if dirty else "")) or None
 
 
-_AT_START: list = []
-
-
+@functools.cache
 def process_commit() -> str | None:
     """`commit()` as it was at this function's first call in the process, kept for every later
     one: a process runs the code it loaded, whatever the checkout becomes while it trains, so
     `rnnlens repro` calls this when it starts and its records name the commit that ran (for a
     run resumed over several processes, the commit of the process that finished it)."""
-    if not _AT_START:
-        _AT_START.append(commit())
-    return _AT_START[0]
+    return commit()
 
 
 def machine() -> str:

@@ -400,11 +400,14 @@ def test_records_name_the_commit_the_process_started_at(monkeypatch):
     checkout moves while it trains."""
     from rnnlens.repro import records
 
-    monkeypatch.setattr(records, "_AT_START", [])
-    monkeypatch.setenv("RNNLENS_COMMIT", "aaaaaaaaaaaa")
-    assert records.environment()["commit"] == "aaaaaaaaaaaa"
-    monkeypatch.setenv("RNNLENS_COMMIT", "bbbbbbbbbbbb")
-    assert records.commit() == "bbbbbbbbbbbb" and records.environment()["commit"] == "aaaaaaaaaaaa"
+    records.process_commit.cache_clear()
+    try:
+        monkeypatch.setenv("RNNLENS_COMMIT", "aaaaaaaaaaaa")
+        assert records.environment()["commit"] == "aaaaaaaaaaaa"
+        monkeypatch.setenv("RNNLENS_COMMIT", "bbbbbbbbbbbb")
+        assert records.commit() == "bbbbbbbbbbbb" and records.environment()["commit"] == "aaaaaaaaaaaa"
+    finally:
+        records.process_commit.cache_clear()     # later tests see their own commit
 
 
 def test_portable_paths():

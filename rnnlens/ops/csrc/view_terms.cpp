@@ -332,17 +332,18 @@ void lstm_approx_bwd(const T* Z, const double* kk, const ApproxLstmGrads<T>& d, 
       const T* __restrict__ Dag = d.dag + o1;
       const T* __restrict__ Dai = d.dai + o1;
       const T* __restrict__ Dk = d.dk + o1;
-      const T* __restrict__ Daf = d.daf ? d.daf + o1 : nullptr;
-      if (Daf) {
+      // a_f's gradient where the kind has the term, else zero: one loop each, no test per value
+      const auto values = [&](const auto& daf) {
 #pragma GCC ivdep
         for (int64_t j = 0; j < H; ++j)
-          rnnlens_lstm_approx::backward(q, zi[j], zc[j], zo[j], dg[j], dg[H + j], Df[j], Dai[j], Dag[j], Daf[j],
+          rnnlens_lstm_approx::backward(q, zi[j], zc[j], zo[j], dg[j], dg[H + j], Df[j], Dai[j], Dag[j], daf(j),
                                         Dk[j], Dao[j], out[j], out[H + j], out[2 * H + j], out[3 * H + j]);
+      };
+      if (d.daf) {
+        const T* __restrict__ Daf = d.daf + o1;
+        values([&](int64_t j) { return Daf[j]; });
       } else {
-#pragma GCC ivdep
-        for (int64_t j = 0; j < H; ++j)
-          rnnlens_lstm_approx::backward(q, zi[j], zc[j], zo[j], dg[j], dg[H + j], Df[j], Dai[j], Dag[j], T(0),
-                                        Dk[j], Dao[j], out[j], out[H + j], out[2 * H + j], out[3 * H + j]);
+        values([](int64_t) { return T(0); });
       }
     }
   });
