@@ -9,7 +9,10 @@ read-out Rd [B,T,H] (the last block; p1*c_0 + p2*c_1 for RRNN(F)) and the final 
 [B,K*H] (the n blocks' states after each row's last real token, then RRNN(F)'s read-out
 there), with a hand-written backward
 in the same pass, so a cell's whole training step is its projection's products plus two
-sweeps over [B,T,n,H]. The equations are those of rnnlens.cells.rational (Appendix D), in the
+sweeps over [B,T,n,H]. The forward keeps the state only before every K-th step (`chunk_steps`:
+K steps of states and gates fit in CHUNK_BYTES); the backward recomputes each chunk's states
+from it into a buffer that stays in cache and runs the chunk in reverse, so no [B,T,n,H] state
+tensor is written, kept or read back. The equations are those of rnnlens.cells.rational (Appendix D), in the
 real and max-plus semirings. In the real semiring the kernel takes the forget gates' sigmoid
 itself, step by step (again in backward), so no [B,T,n,H] gate tensor is written or kept; in
 max-plus they are activated here with torch (logsigmoid, and its derivative for backward).
@@ -38,6 +41,19 @@ def available(x: torch.Tensor, semiring: str, pattern_f: bool) -> bool:
     if semiring not in ("real", "max-plus") or (pattern_f and semiring != "real"):
         return False
     return cpp.load("rational_scan")
+
+
+CHUNK_BYTES = 256 * 1024     # the backward's buffers of recomputed states and gates, per thread
+CHUNK = None                 # a fixed number of steps per chunk instead (the tests set it)
+
+
+def chunk_steps(n: int, H: int, itemsize: int, T: int) -> int:
+    """K, the steps the backward recomputes at a time from a checkpoint the forward keeps: as
+    many as keep its buffers (K steps of n states and n gates, [K,2n,H]) within CHUNK_BYTES,
+    between 4 and 64, and at most T."""
+    if CHUNK is not None:
+        return max(1, min(int(CHUNK), T))
+    return max(1, min(T, 64, max(4, CHUNK_BYTES // (2 * n * H * itemsize))))
 
 
 def _none(like: torch.Tensor, dtype=None) -> torch.Tensor:
@@ -79,24 +95,25 @@ class _RationalScan(torch.autograd.Function):
     def forward(ctx, P, c0, r, p1, p2, mask, n, maxplus, pattern_f, tanh):
         B, T, _ = P.shape
         H = c0.shape[-1]
+        K = chunk_steps(n, H, P.element_size(), T)
         f = _none(P)                                  # real: the kernel takes the sigmoid itself
         if maxplus:
             f = F.logsigmoid(P.view(B, T, P.shape[2] // H, H)[:, :, 1: 2 * n: 2])   # [B,T,n,H]
         c0c = c0.contiguous()
-        S, Rd = torch.ops.rnnlens_rational.forward(P, f, c0c, mask, r, p1, p2, maxplus, pattern_f, tanh)
-        final = S[:, -1].reshape(B, n * H)
+        Sck, Rd, last = torch.ops.rnnlens_rational.forward(P, f, c0c, mask, r, p1, p2, maxplus, pattern_f, tanh, K)
+        final = last.reshape(B, n * H)
         if pattern_f:                 # RRNN(F)'s read-out block: p1 c_1 + p2 c_2 at the last step
-            final = torch.cat([final, p1 * S[:, -1, 0] + p2 * S[:, -1, 1]], 1)
-        ctx.save_for_backward(P, f, c0c, mask, r, p1, p2, S, Rd if tanh else _none(P))
-        ctx.shape = (n, maxplus, pattern_f)
+            final = torch.cat([final, p1 * last[:, 0] + p2 * last[:, 1]], 1)
+        ctx.save_for_backward(P, f, c0c, mask, r, p1, p2, Sck, Rd if tanh else _none(P))
+        ctx.shape = (n, maxplus, pattern_f, K)
         return Rd, final
 
     @staticmethod
     @once_differentiable
     @no_autocast_backward
     def backward(ctx, dRd, dfinal):
-        P, f, c0, mask, r, p1, p2, S, h = ctx.saved_tensors
-        n, maxplus, pattern_f = ctx.shape
+        P, f, c0, mask, r, p1, p2, Sck, h = ctx.saved_tensors
+        n, maxplus, pattern_f, K = ctx.shape
         (B, T, _), H = P.shape, c0.shape[-1]
         fg = _none(P)
         if maxplus:
@@ -108,7 +125,7 @@ class _RationalScan(torch.autograd.Function):
             if pattern_f:
                 dRd_last = dfinal[:, n * H:].contiguous()
         dP, dc0, dr, dp1, dp2 = torch.ops.rnnlens_rational.backward(
-            P, f, fg, c0, mask, r, p1, p2, S, dRd, dS_last, dRd_last, h, maxplus, pattern_f)
+            P, f, fg, c0, mask, r, p1, p2, Sck, K, dRd, dS_last, dRd_last, h, maxplus, pattern_f)
         if pattern_f:
             dr, dp1, dp2 = dr.sum(0), dp1.sum(0), dp2.sum(0)
         else:

@@ -65,7 +65,12 @@ def _run(cell, x, mask, s0, fused, monkeypatch):
 @pytest.mark.parametrize("name", RATIONAL + sorted(EXTRA))
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("start", [False, True])
-def test_fused_equals_the_pytorch_scan(name, masked, start, monkeypatch):
+@pytest.mark.parametrize("chunk", [None, 1, 4])
+def test_fused_equals_the_pytorch_scan(name, masked, start, chunk, monkeypatch):
+    """chunk: the steps the backward recomputes at a time from the forward's checkpoints (None:
+    the default, here all 11 steps at once; 4: chunks of 4, 4 and 3, with pads across their
+    edges)."""
+    monkeypatch.setattr(rational_fused, "CHUNK", chunk)
     cell = _make(name)
     B, T = 5, 11
     x = torch.randn(B, T, 7, dtype=torch.float64)
@@ -159,6 +164,29 @@ def test_saturated_gates_match_the_pytorch_scan(name, dtype, monkeypatch):
 
 
 @needs_kernel
+@pytest.mark.parametrize("name", ["rrnn-c", "rrnn-f", "rrnn-3gram-maxplus-gated"])
+def test_long_inputs_recompute_their_chunks(name, monkeypatch):
+    """300 steps: the backward recomputes the states in chunks of the default size (64 here)
+    from the forward's checkpoints, the last chunk shorter; values and every gradient match
+    the PyTorch scan, with pads in the middle of rows and a start state."""
+    cell = _make(name, E=5, H=13)
+    B, T = 3, 300
+    assert rational_fused.chunk_steps(cell.n, 13, 8, T) == 64
+    x = torch.randn(B, T, 5, dtype=torch.float64) * 0.5
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[0, 250:] = False
+    mask[1, :70] = False
+    mask[2, 60:130] = False
+    s0 = _start(cell, B, torch.float64)
+    h1, f1, g1 = _run(cell, x, mask, s0, True, monkeypatch)
+    h0, f0, g0 = _run(cell, x, mask, s0, False, monkeypatch)
+    torch.testing.assert_close(h1, h0, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(f1, f0, rtol=1e-10, atol=1e-10)
+    for a, b in zip(g1, g0):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+@needs_kernel
 @pytest.mark.parametrize("name", ["rrnn-b", "rrnn-f", "rrnn-b-maxplus-gated"])
 def test_float32_and_long_inputs(name, monkeypatch):
     cell64 = _make(name, E=16, H=37)
@@ -241,16 +269,16 @@ def test_the_kernels_float32_tanh_and_sigmoid_against_torchs():
     cols = v[:, None].expand(N, H)
     P = torch.zeros(N, 1, 2 * H)
     P[:, 0, :H], P[:, 0, H:] = cols, -1e4
-    _, Rd = torch.ops.rnnlens_rational.forward(P, e, torch.zeros(N, 1, H), m, e, e, e, False, False, True)
+    _, Rd, _ = torch.ops.rnnlens_rational.forward(P, e, torch.zeros(N, 1, H), m, e, e, e, False, False, True, 1)
     th = torch.tanh(cols)
     torch.testing.assert_close(Rd[:, 0], th, rtol=4e-7, atol=4e-7)
     assert (Rd[:, 0].abs()[th.abs() == 1] == 1).all()
     P[:, 0, :H], P[:, 0, H:] = 0.0, cols
-    S, _ = torch.ops.rnnlens_rational.forward(P, e, torch.ones(N, 1, H), m, e, e, e, False, False, False)
+    _, _, S = torch.ops.rnnlens_rational.forward(P, e, torch.ones(N, 1, H), m, e, e, e, False, False, False, 1)
     sg = torch.sigmoid(cols)
-    torch.testing.assert_close(S[:, 0, 0], sg, rtol=4e-7, atol=1e-38)    # 0 where torch's is subnormal
-    assert (S[:, 0, 0][sg == 0] == 0).all() and torch.equal(S[:, 0, 0] == 1, sg == 1)
+    torch.testing.assert_close(S[:, 0], sg, rtol=4e-7, atol=1e-38)    # 0 where torch's is subnormal
+    assert (S[:, 0][sg == 0] == 0).all() and torch.equal(S[:, 0] == 1, sg == 1)
     nan = torch.zeros(2, 1, 2 * H)
     nan[0, 0, :H], nan[0, 0, H:], nan[1, 0, :H], nan[1, 0, H:] = float("nan"), -1e4, 1.0, float("nan")
-    _, Rd = torch.ops.rnnlens_rational.forward(nan, e, torch.zeros(2, 1, H), m, e, e, e, False, False, True)
+    _, Rd, _ = torch.ops.rnnlens_rational.forward(nan, e, torch.zeros(2, 1, H), m, e, e, e, False, False, True, 1)
     assert torch.isnan(Rd).all()

@@ -6,9 +6,11 @@
 // f [B,T,n,H] the forget gates already activated (max-plus: logsigmoid; real: sigmoid, or an
 // empty tensor, and the kernel takes the sigmoid of P's f rows itself, step by step, forward and
 // again backward, so no [B,T,n,H] gate tensor is written, saved or read back);
-// c0 [B,n,H] the start of the n scanned blocks; S [B,T,n,H] every state; Rd [B,T,H] the
-// read-out (the last block, or p1*c_0 + p2*c_1 for RRNN(F)). At a pad (mask false) every
-// block keeps its state and its gates get no gradient.
+// c0 [B,n,H] the start of the n scanned blocks; Sck [B,ceil(T/K),n,H] the state before every
+// K-th step (the backward recomputes the states between two of them, K steps at a time, so no
+// [B,T,n,H] state tensor is written or kept); Rd [B,T,H] the read-out (the last block, or
+// p1*c_0 + p2*c_1 for RRNN(F)). At a pad (mask false) every block keeps its state and its
+// gates get no gradient.
 //
 //   real      u_j = pu_j - f_j*pu_j,  e_0 = u_0,  e_j = c_{j-1,t-1} * u_j  ((c_0 + r) * u_1 in F)
 //             c_j = e_j + f_j * c_{j,t-1}
@@ -59,52 +61,64 @@ const scalar_t* gates_at(const Ptrs<scalar_t>& a, int64_t bt, scalar_t* buf) {
   return buf;
 }
 
+// One step of the n blocks: St from the state before, Sp, the projection row Pt and the gates ft.
 template <typename scalar_t, bool MAXPLUS, bool PATF>
-void forward_rows(const Ptrs<scalar_t>& a, scalar_t* S, scalar_t* Rd, bool tanh_out, int64_t b0, int64_t b1) {
-  const int64_t T = a.T, n = a.n, H = a.H, RH = a.RH, nH = n * H;
-  std::vector<scalar_t> fbuf(a.f ? 0 : nH);
+inline void step_blocks(const Ptrs<scalar_t>& a, const scalar_t* __restrict__ Pt, const scalar_t* __restrict__ ft,
+                        const scalar_t* __restrict__ Sp, scalar_t* __restrict__ St) {
+  const int64_t n = a.n, H = a.H;
+  for (int64_t j = 0; j < n; ++j) {
+    const scalar_t* __restrict__ pu = Pt + 2 * j * H;
+    const scalar_t* __restrict__ fj = ft + j * H;
+    const scalar_t* __restrict__ cp = Sp + j * H;
+    scalar_t* __restrict__ c = St + j * H;
+    if (j == 0) {
+#pragma GCC ivdep
+      for (int64_t h = 0; h < H; ++h) {
+        const scalar_t u = MAXPLUS ? pu[h] : pu[h] - fj[h] * pu[h];
+        if (MAXPLUS) {
+          const scalar_t s = fj[h] + cp[h];
+          c[h] = s >= u ? s : u;
+        } else {
+          c[h] = u + fj[h] * cp[h];
+        }
+      }
+    } else {
+      const scalar_t* __restrict__ bef = Sp + (j - 1) * H;
+      const bool eps = PATF && j == 1;
+#pragma GCC ivdep
+      for (int64_t h = 0; h < H; ++h) {
+        if (MAXPLUS) {
+          const scalar_t e = bef[h] + pu[h];
+          const scalar_t s = fj[h] + cp[h];
+          c[h] = s >= e ? s : e;
+        } else {
+          const scalar_t u = pu[h] - fj[h] * pu[h];
+          const scalar_t e = (eps ? bef[h] + a.r[h] : bef[h]) * u;
+          c[h] = e + fj[h] * cp[h];
+        }
+      }
+    }
+  }
+}
+
+// The forward pass over rows b0..b1: the read-out Rd (tanh of it if tanh_out), the final state
+// fin [B,n,H], and the state before every K-th step in Sck [B,ceil(T/K),n,H], from which the
+// backward recomputes the states of K steps at a time (no [B,T,n,H] state tensor is kept).
+template <typename scalar_t, bool MAXPLUS, bool PATF>
+void forward_rows(const Ptrs<scalar_t>& a, scalar_t* Sck, scalar_t* fin, scalar_t* Rd, bool tanh_out, int64_t K,
+                  int64_t b0, int64_t b1) {
+  const int64_t T = a.T, n = a.n, H = a.H, RH = a.RH, nH = n * H, nck = (T + K - 1) / K;
+  std::vector<scalar_t> fbuf(a.f ? 0 : nH), sbuf(2 * nH);
   for (int64_t b = b0; b < b1; ++b) {
+    const scalar_t* Sp = a.c0 + b * nH;
     for (int64_t t = 0; t < T; ++t) {
       const int64_t bt = b * T + t;
-      scalar_t* __restrict__ St = S + bt * nH;
-      const scalar_t* __restrict__ Sp = t ? St - nH : a.c0 + b * nH;
-      const scalar_t* __restrict__ Pt = a.P + bt * RH;
+      if (t % K == 0) std::copy(Sp, Sp + nH, Sck + (b * nck + t / K) * nH);
+      scalar_t* __restrict__ St = sbuf.data() + (t & 1) * nH;
       if (a.mask && !a.mask[bt]) {
-        for (int64_t i = 0; i < nH; ++i) St[i] = Sp[i];
+        std::copy(Sp, Sp + nH, St);
       } else {
-        const scalar_t* __restrict__ ft = gates_at(a, bt, fbuf.data());
-        for (int64_t j = 0; j < n; ++j) {
-          const scalar_t* __restrict__ pu = Pt + 2 * j * H;
-          const scalar_t* __restrict__ fj = ft + j * H;
-          const scalar_t* __restrict__ cp = Sp + j * H;
-          scalar_t* __restrict__ c = St + j * H;
-          if (j == 0) {
-            for (int64_t h = 0; h < H; ++h) {
-              const scalar_t u = MAXPLUS ? pu[h] : pu[h] - fj[h] * pu[h];
-              if (MAXPLUS) {
-                const scalar_t s = fj[h] + cp[h];
-                c[h] = s >= u ? s : u;
-              } else {
-                c[h] = u + fj[h] * cp[h];
-              }
-            }
-          } else {
-            const scalar_t* __restrict__ bef = Sp + (j - 1) * H;
-            const bool eps = PATF && j == 1;
-#pragma GCC ivdep
-            for (int64_t h = 0; h < H; ++h) {
-              if (MAXPLUS) {
-                const scalar_t e = bef[h] + pu[h];
-                const scalar_t s = fj[h] + cp[h];
-                c[h] = s >= e ? s : e;
-              } else {
-                const scalar_t u = pu[h] - fj[h] * pu[h];
-                const scalar_t e = (eps ? bef[h] + a.r[h] : bef[h]) * u;
-                c[h] = e + fj[h] * cp[h];
-              }
-            }
-          }
-        }
+        step_blocks<scalar_t, MAXPLUS, PATF>(a, a.P + bt * RH, gates_at(a, bt, fbuf.data()), Sp, St);
       }
       scalar_t* __restrict__ Rt = Rd + bt * H;
       if (PATF) {
@@ -114,7 +128,9 @@ void forward_rows(const Ptrs<scalar_t>& a, scalar_t* S, scalar_t* Rd, bool tanh_
         for (int64_t h = 0; h < H; ++h) Rt[h] = last[h];
       }
       if (tanh_out) tanh_of(Rt, Rt, H, scalar_t(1));
+      Sp = St;
     }
+    std::copy(Sp, Sp + nH, fin + b * nH);
   }
 }
 
@@ -175,14 +191,16 @@ void bwd_maxplus(int64_t H, const T* __restrict__ f, const T* __restrict__ p, co
 // dRd [B,T,H] (read at its own strides sd[3]: an expanded gradient, such as the ones of a
 // sum's backward, is never materialised) and dS_last [B,n,H] (the final state's gradient; PATF:
 // its read-out block in dRd_last [B,H]) in; dP's u and f rows (the o row zeroed), dc0 [B,n,H] and, for RRNN(F),
-// per-row partial sums dr, dp1, dp2 [B,H] out.
+// per-row partial sums dr, dp1, dp2 [B,H] out. Each row runs its K-step chunks last to first:
+// the chunk's states (and, in the real semiring, its forget gates) recomputed forward from the
+// checkpoint Sck into buffers of K steps that stay in cache, then the chunk's steps in reverse.
 template <typename scalar_t, bool MAXPLUS, bool PATF>
-void backward_rows(const Ptrs<scalar_t>& a, const scalar_t* S, const scalar_t* Rd, const scalar_t* dRd,
+void backward_rows(const Ptrs<scalar_t>& a, const scalar_t* Sck, int64_t K, const scalar_t* Rd, const scalar_t* dRd,
                    const int64_t* sd, const scalar_t* dS_last,
                    const scalar_t* dRd_last, scalar_t* dP, scalar_t* dc0, scalar_t* dr, scalar_t* dp1,
                    scalar_t* dp2, int64_t b0, int64_t b1) {
-  const int64_t T = a.T, n = a.n, H = a.H, RH = a.RH, nH = n * H;
-  std::vector<scalar_t> gbuf(nH), gnbuf(nH), dread(H), fbuf(a.f ? 0 : nH);
+  const int64_t T = a.T, n = a.n, H = a.H, RH = a.RH, nH = n * H, nck = (T + K - 1) / K;
+  std::vector<scalar_t> gbuf(nH), gnbuf(nH), dread(H), sbuf(K * nH), fbuf(a.f ? 0 : K * nH);
   for (int64_t b = b0; b < b1; ++b) {
     scalar_t* g = gbuf.data();
     scalar_t* gn = gnbuf.data();
@@ -190,78 +208,103 @@ void backward_rows(const Ptrs<scalar_t>& a, const scalar_t* S, const scalar_t* R
     if (PATF) {
       for (int64_t h = 0; h < H; ++h) dr[b * H + h] = dp1[b * H + h] = dp2[b * H + h] = 0;
     }
-    for (int64_t t = T - 1; t >= 0; --t) {
-      const int64_t bt = b * T + t;
-      const scalar_t* __restrict__ St = S + bt * nH;
-      if (dRd) {
-        const scalar_t* __restrict__ dRt = dRd + b * sd[0] + t * sd[1];
-        if (sd[2] != 1) {                                     // gathered (a stride-0 broadcast, ...)
-          scalar_t* __restrict__ dt = dread.data();
-          for (int64_t h = 0; h < H; ++h) dt[h] = dRt[h * sd[2]];
-          dRt = dt;
+    for (int64_t ck = nck - 1; ck >= 0; --ck) {
+      const int64_t t0 = ck * K, t1 = std::min(T, t0 + K);
+      const scalar_t* s0 = Sck + (b * nck + ck) * nH;
+      for (int64_t t = t0; t < t1; ++t) {                     // the chunk's states, forward again
+        const int64_t bt = b * T + t;
+        const scalar_t* Sp = t > t0 ? sbuf.data() + (t - t0 - 1) * nH : s0;
+        scalar_t* St = sbuf.data() + (t - t0) * nH;
+        if (a.mask && !a.mask[bt]) {
+          std::copy(Sp, Sp + nH, St);
+        } else {
+          const scalar_t* ft = a.f ? a.f + bt * nH : gates_at(a, bt, fbuf.data() + (t - t0) * nH);
+          step_blocks<scalar_t, MAXPLUS, PATF>(a, a.P + bt * RH, ft, Sp, St);
         }
-        if (Rd) {                                             // through h = tanh(read-out)
-          const scalar_t* __restrict__ ht = Rd + bt * H;
+      }
+      for (int64_t t = t1 - 1; t >= t0; --t) {
+        const int64_t bt = b * T + t;
+        const scalar_t* __restrict__ St = sbuf.data() + (t - t0) * nH;
+        if (dRd) {
+          const scalar_t* __restrict__ dRt = dRd + b * sd[0] + t * sd[1];
           scalar_t* __restrict__ dt = dread.data();
-          for (int64_t h = 0; h < H; ++h) dt[h] = dRt[h] * (scalar_t(1) - ht[h] * ht[h]);
-          dRt = dt;
-        }
-        if (PATF) {
+          if (sd[2] == 0) {                                     // a broadcast value (a sum's backward)
+            const scalar_t v = dRt[0];
+            if (Rd) {
+              const scalar_t* __restrict__ ht = Rd + bt * H;
+              for (int64_t h = 0; h < H; ++h) dt[h] = v * (scalar_t(1) - ht[h] * ht[h]);
+            } else {
+              for (int64_t h = 0; h < H; ++h) dt[h] = v;
+            }
+            dRt = dt;
+          } else {
+            if (sd[2] != 1) {                                   // gathered
+              for (int64_t h = 0; h < H; ++h) dt[h] = dRt[h * sd[2]];
+              dRt = dt;
+            }
+            if (Rd) {                                           // through h = tanh(read-out)
+              const scalar_t* __restrict__ ht = Rd + bt * H;
+              for (int64_t h = 0; h < H; ++h) dt[h] = dRt[h] * (scalar_t(1) - ht[h] * ht[h]);
+              dRt = dt;
+            }
+          }
+          if (PATF) {
 #pragma GCC ivdep
+            for (int64_t h = 0; h < H; ++h) {
+              const scalar_t d = dRt[h] + (t == T - 1 && dRd_last ? dRd_last[b * H + h] : scalar_t(0));
+              g[h] += a.p1[h] * d;
+              g[H + h] += a.p2[h] * d;
+              dp1[b * H + h] += d * St[h];
+              dp2[b * H + h] += d * St[H + h];
+            }
+          } else {
+            scalar_t* __restrict__ gl = g + (n - 1) * H;
+            for (int64_t h = 0; h < H; ++h) gl[h] += dRt[h];
+          }
+        } else if (PATF && t == T - 1 && dRd_last) {
           for (int64_t h = 0; h < H; ++h) {
-            const scalar_t d = dRt[h] + (t == T - 1 && dRd_last ? dRd_last[b * H + h] : scalar_t(0));
+            const scalar_t d = dRd_last[b * H + h];
             g[h] += a.p1[h] * d;
             g[H + h] += a.p2[h] * d;
             dp1[b * H + h] += d * St[h];
             dp2[b * H + h] += d * St[H + h];
           }
-        } else {
-          scalar_t* __restrict__ gl = g + (n - 1) * H;
-          for (int64_t h = 0; h < H; ++h) gl[h] += dRt[h];
         }
-      } else if (PATF && t == T - 1 && dRd_last) {
-        for (int64_t h = 0; h < H; ++h) {
-          const scalar_t d = dRd_last[b * H + h];
-          g[h] += a.p1[h] * d;
-          g[H + h] += a.p2[h] * d;
-          dp1[b * H + h] += d * St[h];
-          dp2[b * H + h] += d * St[H + h];
+        scalar_t* __restrict__ dPt = dP + bt * RH;
+        for (int64_t i = 2 * nH; i < RH; ++i) dPt[i] = 0;      // the output gate's row: not ours
+        if (a.mask && !a.mask[bt]) {                            // the state is held: g passes on
+          for (int64_t i = 0; i < 2 * nH; ++i) dPt[i] = 0;
+          continue;
         }
-      }
-      scalar_t* __restrict__ dPt = dP + bt * RH;
-      for (int64_t i = 2 * nH; i < RH; ++i) dPt[i] = 0;      // the output gate's row: not ours
-      if (a.mask && !a.mask[bt]) {                            // the state is held: g passes on
-        for (int64_t i = 0; i < 2 * nH; ++i) dPt[i] = 0;
-        continue;
-      }
-      const scalar_t* __restrict__ Sp = t ? St - nH : a.c0 + b * nH;
-      const scalar_t* __restrict__ Pt = a.P + bt * RH;
-      const scalar_t* __restrict__ ft = gates_at(a, bt, fbuf.data());
-      const scalar_t* __restrict__ fgt = MAXPLUS ? a.fg + bt * nH : nullptr;
-      for (int64_t i = 0; i < nH; ++i) gn[i] = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        const scalar_t* __restrict__ pu = Pt + 2 * j * H;
-        const scalar_t* __restrict__ fj = ft + j * H;
-        const scalar_t* __restrict__ cp = Sp + j * H;
-        const scalar_t* __restrict__ gj = g + j * H;
-        scalar_t* __restrict__ gnj = gn + j * H;
-        scalar_t* __restrict__ dpu = dPt + 2 * j * H;
-        scalar_t* __restrict__ dpf = dPt + (2 * j + 1) * H;
-        const scalar_t* __restrict__ bef = j ? Sp + (j - 1) * H : nullptr;
-        scalar_t* __restrict__ gnb = j ? gn + (j - 1) * H : nullptr;
-        const bool eps = PATF && j == 1;
-        if (MAXPLUS) {
-          const scalar_t* fgj = fgt + j * H;
-          if (j) bwd_maxplus<scalar_t, true>(H, fj, pu, gj, cp, bef, fgj, gnj, gnb, dpu, dpf);
-          else bwd_maxplus<scalar_t, false>(H, fj, pu, gj, cp, bef, fgj, gnj, gnb, dpu, dpf);
-        } else if (j == 0) {
-          bwd_real_first<scalar_t>(H, fj, pu, gj, cp, gnj, dpu, dpf);
-        } else {
-          bwd_real_next<scalar_t>(H, fj, pu, gj, cp, bef, eps ? a.r : nullptr, eps ? dr + b * H : nullptr, gnj,
-                                  gnb, dpu, dpf);
+        const scalar_t* __restrict__ Sp = t > t0 ? St - nH : s0;
+        const scalar_t* __restrict__ Pt = a.P + bt * RH;
+        const scalar_t* __restrict__ ft = a.f ? a.f + bt * nH : fbuf.data() + (t - t0) * nH;
+        const scalar_t* __restrict__ fgt = MAXPLUS ? a.fg + bt * nH : nullptr;
+        for (int64_t i = 0; i < nH; ++i) gn[i] = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          const scalar_t* __restrict__ pu = Pt + 2 * j * H;
+          const scalar_t* __restrict__ fj = ft + j * H;
+          const scalar_t* __restrict__ cp = Sp + j * H;
+          const scalar_t* __restrict__ gj = g + j * H;
+          scalar_t* __restrict__ gnj = gn + j * H;
+          scalar_t* __restrict__ dpu = dPt + 2 * j * H;
+          scalar_t* __restrict__ dpf = dPt + (2 * j + 1) * H;
+          const scalar_t* __restrict__ bef = j ? Sp + (j - 1) * H : nullptr;
+          scalar_t* __restrict__ gnb = j ? gn + (j - 1) * H : nullptr;
+          const bool eps = PATF && j == 1;
+          if (MAXPLUS) {
+            const scalar_t* fgj = fgt + j * H;
+            if (j) bwd_maxplus<scalar_t, true>(H, fj, pu, gj, cp, bef, fgj, gnj, gnb, dpu, dpf);
+            else bwd_maxplus<scalar_t, false>(H, fj, pu, gj, cp, bef, fgj, gnj, gnb, dpu, dpf);
+          } else if (j == 0) {
+            bwd_real_first<scalar_t>(H, fj, pu, gj, cp, gnj, dpu, dpf);
+          } else {
+            bwd_real_next<scalar_t>(H, fj, pu, gj, cp, bef, eps ? a.r : nullptr, eps ? dr + b * H : nullptr, gnj,
+                                    gnb, dpu, dpf);
+          }
         }
+        std::swap(g, gn);
       }
-      std::swap(g, gn);
     }
     for (int64_t i = 0; i < nH; ++i) dc0[b * nH + i] = g[i];
   }
@@ -304,35 +347,43 @@ int64_t grain(int64_t B) {
   return std::max<int64_t>(1, (B + threads - 1) / threads);
 }
 
-// -> (S [B,T,n,H], Rd [B,T,H])
-std::tuple<at::Tensor, at::Tensor> rational_forward(const at::Tensor& P, const at::Tensor& f, const at::Tensor& c0,
-                                                    const at::Tensor& mask, const at::Tensor& r,
-                                                    const at::Tensor& p1, const at::Tensor& p2, bool maxplus,
-                                                    bool pattern_f, bool tanh_out) {
+// -> (Sck [B,ceil(T/K),n,H], Rd [B,T,H], final [B,n,H])
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rational_forward(
+    const at::Tensor& P, const at::Tensor& f, const at::Tensor& c0, const at::Tensor& mask, const at::Tensor& r,
+    const at::Tensor& p1, const at::Tensor& p2, bool maxplus, bool pattern_f, bool tanh_out, int64_t K) {
   check(P, f, c0, maxplus);
   TORCH_CHECK(!(maxplus && pattern_f), "RRNN(F) runs here in the real semiring only");
-  auto S = at::empty({P.size(0), P.size(1), c0.size(1), c0.size(2)}, P.options());
+  TORCH_CHECK(K >= 1, "the checkpoint interval K must be at least 1");
+  const int64_t nck = (P.size(1) + K - 1) / K;
+  auto Sck = at::empty({P.size(0), nck, c0.size(1), c0.size(2)}, P.options());
+  auto fin = at::empty({P.size(0), c0.size(1), c0.size(2)}, P.options());
   auto Rd = at::empty({P.size(0), P.size(1), c0.size(2)}, P.options());
   AT_DISPATCH_FLOATING_TYPES(P.scalar_type(), "rational_forward", [&] {
     const auto a = pointers<scalar_t>(P, f, at::Tensor(), c0, mask, r, p1, p2);
-    scalar_t* s = S.data_ptr<scalar_t>();
+    scalar_t* s = Sck.data_ptr<scalar_t>();
+    scalar_t* fn = fin.data_ptr<scalar_t>();
     scalar_t* rd = Rd.data_ptr<scalar_t>();
     at::parallel_for(0, a.B, grain(a.B), [&](int64_t b0, int64_t b1) {
-      if (maxplus) forward_rows<scalar_t, true, false>(a, s, rd, tanh_out, b0, b1);
-      else if (pattern_f) forward_rows<scalar_t, false, true>(a, s, rd, tanh_out, b0, b1);
-      else forward_rows<scalar_t, false, false>(a, s, rd, tanh_out, b0, b1);
+      if (maxplus) forward_rows<scalar_t, true, false>(a, s, fn, rd, tanh_out, K, b0, b1);
+      else if (pattern_f) forward_rows<scalar_t, false, true>(a, s, fn, rd, tanh_out, K, b0, b1);
+      else forward_rows<scalar_t, false, false>(a, s, fn, rd, tanh_out, K, b0, b1);
     });
   });
-  return {S, Rd};
+  return {Sck, Rd, fin};
 }
 
 // -> (dP [B,T,R*H], dc0 [B,n,H], dr, dp1, dp2 [B,H] per row; empty unless pattern_f)
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rational_backward(
     const at::Tensor& P, const at::Tensor& f, const at::Tensor& fg, const at::Tensor& c0, const at::Tensor& mask,
-    const at::Tensor& r, const at::Tensor& p1, const at::Tensor& p2, const at::Tensor& S, const at::Tensor& dRd,
-    const at::Tensor& dS_last, const at::Tensor& dRd_last, const at::Tensor& Rd_tanh, bool maxplus, bool pattern_f) {
+    const at::Tensor& r, const at::Tensor& p1, const at::Tensor& p2, const at::Tensor& Sck, int64_t K,
+    const at::Tensor& dRd, const at::Tensor& dS_last, const at::Tensor& dRd_last, const at::Tensor& Rd_tanh,
+    bool maxplus, bool pattern_f) {
   check(P, f, c0, maxplus);
   TORCH_CHECK(!maxplus || (fg.defined() && fg.is_contiguous()), "max-plus needs fg");
+  TORCH_CHECK(K >= 1 && Sck.is_contiguous() && Sck.dim() == 4 && Sck.size(0) == P.size(0) &&
+                  Sck.size(1) == (P.size(1) + K - 1) / K && Sck.size(2) == c0.size(1) && Sck.size(3) == c0.size(2) &&
+                  Sck.scalar_type() == P.scalar_type(),
+              "Sck must be the forward's [B,ceil(T/K),n,H] checkpoints");
   TORCH_CHECK(!dRd.defined() || dRd.numel() == 0 ||
                   (dRd.dim() == 3 && dRd.size(0) == P.size(0) && dRd.size(1) == P.size(1) &&
                    dRd.size(2) == c0.size(2) && dRd.scalar_type() == P.scalar_type()),
@@ -345,7 +396,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rational_
   auto dp2 = pattern_f ? at::empty({B, H}, P.options()) : at::empty({0}, P.options());
   AT_DISPATCH_FLOATING_TYPES(P.scalar_type(), "rational_backward", [&] {
     const auto a = pointers<scalar_t>(P, f, fg, c0, mask, r, p1, p2);
-    const scalar_t* s = S.data_ptr<scalar_t>();
+    const scalar_t* s = Sck.data_ptr<scalar_t>();
     const scalar_t* drd = ptr_or_null<scalar_t>(dRd);
     const int64_t sd[3] = {drd ? dRd.stride(0) : 0, drd ? dRd.stride(1) : 0, drd ? dRd.stride(2) : 1};
     const scalar_t* rdt = ptr_or_null<scalar_t>(Rd_tanh);
@@ -355,9 +406,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rational_
     scalar_t *drp = ptr_or_null<scalar_t>(dr) ? dr.data_ptr<scalar_t>() : nullptr;
     scalar_t *d1 = pattern_f ? dp1.data_ptr<scalar_t>() : nullptr, *d2 = pattern_f ? dp2.data_ptr<scalar_t>() : nullptr;
     at::parallel_for(0, a.B, grain(a.B), [&](int64_t b0, int64_t b1) {
-      if (maxplus) backward_rows<scalar_t, true, false>(a, s, rdt, drd, sd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
-      else if (pattern_f) backward_rows<scalar_t, false, true>(a, s, rdt, drd, sd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
-      else backward_rows<scalar_t, false, false>(a, s, rdt, drd, sd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
+      if (maxplus)
+        backward_rows<scalar_t, true, false>(a, s, K, rdt, drd, sd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
+      else if (pattern_f)
+        backward_rows<scalar_t, false, true>(a, s, K, rdt, drd, sd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
+      else
+        backward_rows<scalar_t, false, false>(a, s, K, rdt, drd, sd, dsl, drl, dp, dc, drp, d1, d2, b0, b1);
     });
   });
   return {dP, dc0, dr, dp1, dp2};
@@ -367,10 +421,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> rational_
 
 TORCH_LIBRARY(rnnlens_rational, m) {
   m.def("forward(Tensor P, Tensor f, Tensor c0, Tensor mask, Tensor r, Tensor p1, Tensor p2, bool maxplus, "
-        "bool pattern_f, bool tanh_out) -> (Tensor, Tensor)");
+        "bool pattern_f, bool tanh_out, int K) -> (Tensor, Tensor, Tensor)");
   m.def("backward(Tensor P, Tensor f, Tensor fg, Tensor c0, Tensor mask, Tensor r, Tensor p1, Tensor p2, "
-        "Tensor S, Tensor dRd, Tensor dS_last, Tensor dRd_last, Tensor Rd_tanh, bool maxplus, bool pattern_f) "
-        "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+        "Tensor Sck, int K, Tensor dRd, Tensor dS_last, Tensor dRd_last, Tensor Rd_tanh, bool maxplus, "
+        "bool pattern_f) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(rnnlens_rational, CPU, m) {
