@@ -264,3 +264,25 @@ def test_gated_loops_benchmark_writes_its_rows_and_leaves_the_switch_unset(tmp_p
     for row in ("| gru | 0 |", "| gru | 0.3 |", "| lstm | 0.3 |"):
         assert row in text
     assert "(torch's GRU kernel)" in text and "(the Python loop)" in text
+
+
+def test_rational_parts_benchmark_writes_a_row_per_rrnn(tmp_path):
+    import sys as _sys
+
+    from rnnlens.ops import rational_fused
+    import torch
+    if not rational_fused.available(torch.zeros(1, 1, 1), "real", False):
+        pytest.skip("the rational cells' C++ pass is unavailable here")
+    _sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks import rational_parts
+        rational_parts.main(["--batch", "2", "--length", "3", "--size", "4", "--rounds", "1", "--threads", "1",
+                             "--out", str(tmp_path / "r.md")])
+    finally:
+        _sys.path.remove(str(REPO))
+    text = (tmp_path / "r.md").read_text()
+    for name in ("rrnn-b", "rrnn-c", "rrnn-f"):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {name} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 8 and all(float(c) > 0 for c in cells[1:5])
+        assert cells[5].endswith("x") and cells[7].endswith("%")
