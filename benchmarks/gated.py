@@ -17,13 +17,10 @@ kernel either way and is the yardstick of the last column.
 """
 from __future__ import annotations
 
-import argparse
-import datetime
 import os
-import platform
-import statistics
-import time
 from pathlib import Path
+
+from .common import in_turns, turns_header, turns_main
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = (("gru", 0.0), ("gru", 0.3), ("lstm", 0.3), ("mvma-l", 0.0), ("lstm-approx", 0.0),
@@ -62,14 +59,7 @@ def measure(args) -> list[dict]:
         runs = {"loop": step(cell), "before": step(cell, True), "lstm": step(yard)}
         if name in kinds:           # the view cells' module of their kind is torch.nn.LSTM itself
             runs["torch"] = step(kinds[name](E, E, batch_first=True))
-        times = {k: [] for k in runs}
-        for r in range(args.rounds + 2):
-            for k, run in runs.items():
-                t0 = time.perf_counter()
-                run()
-                if r >= 2:
-                    times[k].append(time.perf_counter() - t0)
-        med = {k: statistics.median(v) for k, v in times.items()}
+        med = in_turns(runs, args.rounds)
         med.setdefault("torch", med["lstm"])
         rows.append({"cell": name, "dropout": rd, **{f"{k}_ms": v * 1e3 for k, v in med.items()},
                      "x_before": med["before"] / med["loop"], "x_torch": med["torch"] / med["loop"],
@@ -78,19 +68,11 @@ def measure(args) -> list[dict]:
 
 
 def report(args, rows) -> str:
-    import torch
-
-    lines = ["# The GRU's and the LSTM's C++ loops against the paths they replace", "",
-             "Written by `python -m benchmarks.gated` (see its docstring). One run on one machine: compare the "
-             "ratios, each from passes timed in turns in one process.", "",
-             f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
-             f"{platform.platform()}, {platform.machine()}",
-             f"- torch {torch.__version__}, {args.threads} threads, CPU; x [{args.batch}, {args.length}, {args.size}], "
-             f"hidden {args.size}, forward + backward, median of {args.rounds} rounds",
-             f"- 1-minute load average before the run: {os.getloadavg()[0]:.2f}", "",
-             "| cell | recurrent dropout | C++ loop (ms) | before (ms) | torch's module (ms) | "
-             "before / loop | torch's / loop | torch.nn.LSTM / loop |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = turns_header("The GRU's and the LSTM's C++ loops against the paths they replace", "benchmarks.gated",
+                         args) + [
+        "| cell | recurrent dropout | C++ loop (ms) | before (ms) | torch's module (ms) | "
+        "before / loop | torch's / loop | torch.nn.LSTM / loop |",
+        "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         before = ("torch's GRU kernel" if r["cell"] == "gru" and not r["dropout"] else
                   "the Python loop" if r["cell"] in ("gru", "lstm") else "the view's block scan")
@@ -105,18 +87,7 @@ def report(args, rows) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--length", type=int, default=35)
-    p.add_argument("--size", type=int, default=256)
-    p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS-gated.md"))
-    args = p.parse_args(argv)
-    text = report(args, measure(args))
-    Path(args.out).write_text(text, encoding="utf-8")
-    print(text)
-    return 0
+    return turns_main(argv, __doc__, ROOT / "benchmarks" / "RESULTS-gated.md", 15, measure, report)
 
 
 if __name__ == "__main__":

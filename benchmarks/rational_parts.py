@@ -19,13 +19,9 @@ bound takes each side's best of 15 instead).
 """
 from __future__ import annotations
 
-import argparse
-import datetime
-import os
-import platform
-import statistics
-import time
 from pathlib import Path
+
+from .common import in_turns, turns_header, turns_main
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = ("rrnn-b", "rrnn-c", "rrnn-f")
@@ -82,14 +78,7 @@ def measure(args) -> list[dict]:
             lstm(x)[0].sum().backward()
 
         runs = {"step": step, "projection": projection, "scan": scan, "lstm": reference}
-        times = {k: [] for k in runs}
-        for rnd in range(args.rounds + 2):
-            for k, run in runs.items():
-                t0 = time.perf_counter()
-                run()
-                if rnd >= 2:
-                    times[k].append(time.perf_counter() - t0)
-        med = {k: statistics.median(v) for k, v in times.items()}
+        med = in_turns(runs, args.rounds)
         rows.append({"cell": name, **{f"{k}_ms": v * 1e3 for k, v in med.items()},
                      "x_step": med["lstm"] / med["step"], "x_projection": med["lstm"] / med["projection"],
                      "scan_share": med["scan"] / med["step"]})
@@ -97,19 +86,11 @@ def measure(args) -> list[dict]:
 
 
 def report(args, rows) -> str:
-    import torch
-
-    lines = ["# Where an RRNN's training step goes: its projection and its scan", "",
-             "Written by `python -m benchmarks.rational_parts` (see its docstring). One run on one machine: "
-             "compare the ratios, each from passes timed in turns in one process.", "",
-             f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
-             f"{platform.platform()}, {platform.machine()}",
-             f"- torch {torch.__version__}, {args.threads} threads, CPU; x [{args.batch}, {args.length}, {args.size}], "
-             f"hidden {args.size}, forward + backward, median of {args.rounds} rounds",
-             f"- 1-minute load average before the run: {os.getloadavg()[0]:.2f}", "",
-             "| cell | step (ms) | projection alone (ms) | scan alone (ms) | torch.nn.LSTM (ms) | "
-             "LSTM / step | LSTM / projection | scan / step |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = turns_header("Where an RRNN's training step goes: its projection and its scan",
+                         "benchmarks.rational_parts", args) + [
+        "| cell | step (ms) | projection alone (ms) | scan alone (ms) | torch.nn.LSTM (ms) | "
+        "LSTM / step | LSTM / projection | scan / step |",
+        "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['cell']} | {r['step_ms']:.2f} | {r['projection_ms']:.2f} | {r['scan_ms']:.2f} | "
                      f"{r['lstm_ms']:.2f} | {r['x_step']:.2f}x | {r['x_projection']:.2f}x | "
@@ -120,18 +101,7 @@ def report(args, rows) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--length", type=int, default=35)
-    p.add_argument("--size", type=int, default=256)
-    p.add_argument("--rounds", type=int, default=25)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS-rational-parts.md"))
-    args = p.parse_args(argv)
-    text = report(args, measure(args))
-    Path(args.out).write_text(text, encoding="utf-8")
-    print(text)
-    return 0
+    return turns_main(argv, __doc__, ROOT / "benchmarks" / "RESULTS-rational-parts.md", 25, measure, report)
 
 
 if __name__ == "__main__":

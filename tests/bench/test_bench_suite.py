@@ -181,30 +181,29 @@ def test_urn_speed_times_the_reference_of_the_table_setting(suite):
     assert "torch.nn.LSTM" not in urn.speed(batch_size=2, length=4, hidden=6, repeats=1, warmup=0)
 
 
-def test_profile_cell_reports_calls_and_launches(capsys):
+def _bench_main(module: str, argv: list[str]) -> None:
+    """benchmarks.<module>.main(argv), imported from the checkout."""
+    import importlib
     import sys as _sys
     _sys.path.insert(0, str(REPO))
     try:
-        from benchmarks import profile_cell
-        profile_cell.main(["--cells", "gru", "rrnn-b", "--batch", "2", "--length", "3", "--size", "4",
-                           "--repeats", "1", "--warmup", "0", "--top", "3", "--threads", "1"])
+        importlib.import_module(f"benchmarks.{module}").main(argv)
     finally:
         _sys.path.remove(str(REPO))
+
+
+def test_profile_cell_reports_calls_and_launches(capsys):
+    _bench_main("profile_cell", ["--cells", "gru", "rrnn-b", "--batch", "2", "--length", "3", "--size", "4",
+                                 "--repeats", "1", "--warmup", "0", "--top", "3", "--threads", "1"])
     out = capsys.readouterr().out
     for name in ("gru", "rrnn-b"):
         assert f"## {name}: " in out and " ms a step (median of 1), " in out and " operator calls, " in out
 
 
 def test_lm_head_benchmark_times_both_paths_and_restores_the_head(capsys):
-    import sys as _sys
     from rnnlens.heads.lm import LMHead
     before = (LMHead.forward, LMHead.nll_sum)
-    _sys.path.insert(0, str(REPO))
-    try:
-        from benchmarks import lm_head
-        lm_head.main(["--hidden", "8", "--vocab", "50", "--rounds", "1", "--threads", "1"])
-    finally:
-        _sys.path.remove(str(REPO))
+    _bench_main("lm_head", ["--hidden", "8", "--vocab", "50", "--rounds", "1", "--threads", "1"])
     assert (LMHead.forward, LMHead.nll_sum) == before
     out = capsys.readouterr().out
     assert "lstm LM, hidden 8, vocabulary 50" in out and "plain / rnnlens" in out
@@ -250,15 +249,9 @@ def test_a_cell_that_extrapolates_past_the_budget_is_probed_at_a_length_that_fit
 
 def test_gated_loops_benchmark_writes_its_rows_and_leaves_the_switch_unset(tmp_path, monkeypatch):
     import os as _os
-    import sys as _sys
     monkeypatch.delenv("RNNLENS_CPP_GATED", raising=False)
-    _sys.path.insert(0, str(REPO))
-    try:
-        from benchmarks import gated
-        gated.main(["--batch", "2", "--length", "3", "--size", "4", "--rounds", "1", "--threads", "1",
-                    "--out", str(tmp_path / "g.md")])
-    finally:
-        _sys.path.remove(str(REPO))
+    _bench_main("gated", ["--batch", "2", "--length", "3", "--size", "4", "--rounds", "1", "--threads", "1",
+                          "--out", str(tmp_path / "g.md")])
     text = (tmp_path / "g.md").read_text()
     assert "RNNLENS_CPP_GATED" not in _os.environ
     for row in ("| gru | 0 |", "| gru | 0.3 |", "| lstm | 0.3 |"):
@@ -267,19 +260,12 @@ def test_gated_loops_benchmark_writes_its_rows_and_leaves_the_switch_unset(tmp_p
 
 
 def test_rational_parts_benchmark_writes_a_row_per_rrnn(tmp_path):
-    import sys as _sys
-
     from rnnlens.ops import rational_fused
     import torch
     if not rational_fused.available(torch.zeros(1, 1, 1), "real", False):
         pytest.skip("the rational cells' C++ pass is unavailable here")
-    _sys.path.insert(0, str(REPO))
-    try:
-        from benchmarks import rational_parts
-        rational_parts.main(["--batch", "2", "--length", "3", "--size", "4", "--rounds", "1", "--threads", "1",
-                             "--out", str(tmp_path / "r.md")])
-    finally:
-        _sys.path.remove(str(REPO))
+    _bench_main("rational_parts", ["--batch", "2", "--length", "3", "--size", "4", "--rounds", "1",
+                                   "--threads", "1", "--out", str(tmp_path / "r.md")])
     text = (tmp_path / "r.md").read_text()
     for name in ("rrnn-b", "rrnn-c", "rrnn-f"):
         row = next(line for line in text.splitlines() if line.startswith(f"| {name} |"))

@@ -101,13 +101,24 @@ inline void step_blocks(const Ptrs<scalar_t>& a, const scalar_t* __restrict__ Pt
   }
 }
 
+// Step bt of one row: St from Sp, or Sp held at a pad; the gates, where the kernel takes their
+// sigmoid, go to gbuf (gates_at).
+template <typename scalar_t, bool MAXPLUS, bool PATF>
+inline void advance(const Ptrs<scalar_t>& a, int64_t bt, const scalar_t* Sp, scalar_t* St, scalar_t* gbuf) {
+  if (a.mask && !a.mask[bt]) {
+    std::copy(Sp, Sp + a.n * a.H, St);
+  } else {
+    step_blocks<scalar_t, MAXPLUS, PATF>(a, a.P + bt * a.RH, gates_at(a, bt, gbuf), Sp, St);
+  }
+}
+
 // The forward pass over rows b0..b1: the read-out Rd (tanh of it if tanh_out), the final state
 // fin [B,n,H], and the state before every K-th step in Sck [B,ceil(T/K),n,H], from which the
 // backward recomputes the states of K steps at a time (no [B,T,n,H] state tensor is kept).
 template <typename scalar_t, bool MAXPLUS, bool PATF>
 void forward_rows(const Ptrs<scalar_t>& a, scalar_t* Sck, scalar_t* fin, scalar_t* Rd, bool tanh_out, int64_t K,
                   int64_t b0, int64_t b1) {
-  const int64_t T = a.T, n = a.n, H = a.H, RH = a.RH, nH = n * H, nck = (T + K - 1) / K;
+  const int64_t T = a.T, n = a.n, H = a.H, nH = n * H, nck = (T + K - 1) / K;
   std::vector<scalar_t> fbuf(a.f ? 0 : nH), sbuf(2 * nH);
   for (int64_t b = b0; b < b1; ++b) {
     const scalar_t* Sp = a.c0 + b * nH;
@@ -115,11 +126,7 @@ void forward_rows(const Ptrs<scalar_t>& a, scalar_t* Sck, scalar_t* fin, scalar_
       const int64_t bt = b * T + t;
       if (t % K == 0) std::copy(Sp, Sp + nH, Sck + (b * nck + t / K) * nH);
       scalar_t* __restrict__ St = sbuf.data() + (t & 1) * nH;
-      if (a.mask && !a.mask[bt]) {
-        std::copy(Sp, Sp + nH, St);
-      } else {
-        step_blocks<scalar_t, MAXPLUS, PATF>(a, a.P + bt * RH, gates_at(a, bt, fbuf.data()), Sp, St);
-      }
+      advance<scalar_t, MAXPLUS, PATF>(a, bt, Sp, St, fbuf.data());
       scalar_t* __restrict__ Rt = Rd + bt * H;
       if (PATF) {
         for (int64_t h = 0; h < H; ++h) Rt[h] = a.p1[h] * St[h] + a.p2[h] * St[H + h];
@@ -212,15 +219,9 @@ void backward_rows(const Ptrs<scalar_t>& a, const scalar_t* Sck, int64_t K, cons
       const int64_t t0 = ck * K, t1 = std::min(T, t0 + K);
       const scalar_t* s0 = Sck + (b * nck + ck) * nH;
       for (int64_t t = t0; t < t1; ++t) {                     // the chunk's states, forward again
-        const int64_t bt = b * T + t;
         const scalar_t* Sp = t > t0 ? sbuf.data() + (t - t0 - 1) * nH : s0;
-        scalar_t* St = sbuf.data() + (t - t0) * nH;
-        if (a.mask && !a.mask[bt]) {
-          std::copy(Sp, Sp + nH, St);
-        } else {
-          const scalar_t* ft = a.f ? a.f + bt * nH : gates_at(a, bt, fbuf.data() + (t - t0) * nH);
-          step_blocks<scalar_t, MAXPLUS, PATF>(a, a.P + bt * RH, ft, Sp, St);
-        }
+        advance<scalar_t, MAXPLUS, PATF>(a, b * T + t, Sp, sbuf.data() + (t - t0) * nH,
+                                         fbuf.data() + (t - t0) * nH);
       }
       for (int64_t t = t1 - 1; t >= t0; --t) {
         const int64_t bt = b * T + t;
@@ -229,24 +230,16 @@ void backward_rows(const Ptrs<scalar_t>& a, const scalar_t* Sck, int64_t K, cons
           const scalar_t* __restrict__ dRt = dRd + b * sd[0] + t * sd[1];
           scalar_t* __restrict__ dt = dread.data();
           if (sd[2] == 0) {                                     // a broadcast value (a sum's backward)
-            const scalar_t v = dRt[0];
-            if (Rd) {
-              const scalar_t* __restrict__ ht = Rd + bt * H;
-              for (int64_t h = 0; h < H; ++h) dt[h] = v * (scalar_t(1) - ht[h] * ht[h]);
-            } else {
-              for (int64_t h = 0; h < H; ++h) dt[h] = v;
-            }
+            std::fill(dt, dt + H, dRt[0]);
             dRt = dt;
-          } else {
-            if (sd[2] != 1) {                                   // gathered
-              for (int64_t h = 0; h < H; ++h) dt[h] = dRt[h * sd[2]];
-              dRt = dt;
-            }
-            if (Rd) {                                           // through h = tanh(read-out)
-              const scalar_t* __restrict__ ht = Rd + bt * H;
-              for (int64_t h = 0; h < H; ++h) dt[h] = dRt[h] * (scalar_t(1) - ht[h] * ht[h]);
-              dRt = dt;
-            }
+          } else if (sd[2] != 1) {                              // gathered
+            for (int64_t h = 0; h < H; ++h) dt[h] = dRt[h * sd[2]];
+            dRt = dt;
+          }
+          if (Rd) {                                             // through h = tanh(read-out)
+            const scalar_t* __restrict__ ht = Rd + bt * H;
+            for (int64_t h = 0; h < H; ++h) dt[h] = dRt[h] * (scalar_t(1) - ht[h] * ht[h]);
+            dRt = dt;
           }
           if (PATF) {
 #pragma GCC ivdep
