@@ -3,14 +3,19 @@
 # that ran are always written:
 #   1. the benchmark suite on CUDA (speed at 32 x 35 x 256, batch 64 x 1024 x 1024, the
 #      product bounds, URN, LM step, memory), on a quiet machine, first;
-#   2. the long part again with cuBLAS's float32 products in TF32 (RNNLENS_BENCH_TF32=1), and
-#      torch.nn.LSTM with cuDNN's TF32 on and off (what its default is worth);
-#   3. the CUDA tests: every cell on the GPU against the CPU (values and gradients, CUDA graphs
+#   2. with TF32=1: the long part again with cuBLAS's float32 products in TF32
+#      (RNNLENS_BENCH_TF32=1), and torch.nn.LSTM with cuDNN's TF32 on and off (what its default
+#      is worth);
+#   3. with DATA=DIR (a folder holding ptb/ and wikitext-2/): the pace of word-level language
+#      models on the GPU, one epoch on 200,000 training tokens and the dev pass, each config
+#      alone, then four and eight of the 128-unit ones at once (one process each), in
+#      $OUT/lm-pace.txt: what a row's full budget costs there, and how many rows to run at once;
+#   4. the CUDA tests: every cell on the GPU against the CPU (values and gradients, CUDA graphs
 #      on), the graphed scans against their eager loops, the Triton scans and the rational
 #      cells' fused Triton pass compiled for the GPU, cuDNN's weight layout, every cell under
 #      bf16 autocast against float64.
 # Usage, from the repository root on a machine with a GPU:
-#   OUT=/tmp/gpu-out bash benchmarks/gpu_check.sh [SECONDS]      (default 540)
+#   OUT=/tmp/gpu-out [TF32=1] [DATA=DIR] bash benchmarks/gpu_check.sh [SECONDS]      (default 540)
 # It reads rnnlens from the checkout (PYTHONPATH), so nothing needs installing where torch,
 # triton, pytest and pytest-xdist are there; the C++ kernels (CPU only) stay unbuilt.
 set -u
@@ -33,7 +38,7 @@ timeout $((suite + 90)) python3 -m benchmarks --device cuda --time-limit "$suite
   --parts speed long bounds urn lm memory --out "$OUT/RESULTS-cuda.md" >> "$log" 2>&1
 echo "suite rc=$?" | tee -a "$log"
 
-if [ "$(left)" -gt 200 ]; then
+if [ "${TF32:-0}" = 1 ] && [ "$(left)" -gt 200 ]; then
   echo "== tf32 ($(left) s left)" | tee -a "$log"
   RNNLENS_BENCH_TF32=1 timeout 100 python3 -m benchmarks --device cuda --cells lstm mvma-g mvma-l rrnn-b rrnn-c rrnn-f \
     --parts long bounds --out "$OUT/RESULTS-cuda-tf32.md" >> "$log" 2>&1
@@ -54,11 +59,27 @@ EOF
   cat "$OUT/cudnn-tf32.txt" | tee -a "$log"
 fi
 
+if [ -n "${DATA:-}" ] && [ "$(left)" -gt 180 ]; then
+  echo "== lm pace ($(left) s left)" | tee -a "$log"
+  pw=$(mktemp -d)
+  pace() {  # CONFIG LABEL: one epoch of 200,000 training tokens, its seconds from metrics.jsonl
+    timeout 150 python3 -m rnnlens train --config "configs/$1.json" --device cuda --threads 1 --epochs 1 \
+      --max-train-examples 200000 --data-dir "$DATA" --out "$pw/$1-$2" --quiet > "$pw/$1-$2.log" 2>&1
+    echo "$1 $2 rc=$? $(grep -o '"step": [0-9]*' "$pw/$1-$2/metrics.jsonl" 2>/dev/null | head -1)" \
+      "$(grep -o '"seconds": [0-9.]*' "$pw/$1-$2/metrics.jsonl" 2>/dev/null | head -1)" >> "$OUT/lm-pace.txt"
+  }
+  for c in ptb-gru ptb-gru-variant ptb-lstm-variant; do pace "$c" alone; done
+  small="ptb-gru-variant ptb-lstm-variant wikitext2-gru-variant wikitext2-lstm-variant"
+  for c in $small; do pace "$c" four & done; wait
+  for c in $small wikitext2-gru wikitext2-lstm wikitext2-gru-approx wikitext2-lstm-approx; do pace "$c" eight & done; wait
+  cat "$OUT/lm-pace.txt" | tee -a "$log"
+fi
+
 t=$(( $(left) - 15 ))
 echo "== tests ($t s)" | tee -a "$log"
-timeout "$t" python3 -m pytest -v -n 8 --timeout 100 -p no:cacheprovider -o addopts="" \
+timeout "$t" python3 -m pytest -v -n 12 --timeout 100 -p no:cacheprovider -o addopts="" \
   tests/ops/test_cuda_graphs.py tests/ops/test_triton_rational.py tests/ops/test_triton_scan.py \
-  tests/ops/test_precision.py tests/cells/test_cells.py tests/cells/test_fused_classic.py tests/cells/test_memory.py \
+  tests/ops/test_expm_action.py tests/analysis/test_attribution.py tests/ops/test_precision.py tests/cells/test_cells.py tests/cells/test_fused_classic.py tests/cells/test_memory.py \
   tests/heads/test_crf.py tests/ops/test_elementwise.py tests/ops/test_expm.py \
   -k "cuda or graph or triton or graphed" > "$OUT/tests.txt" 2>&1
 echo "tests rc=$?" | tee -a "$log"

@@ -107,7 +107,11 @@ def test_graphed_scans_equal_their_eager_loops(kind, with_mask, monkeypatch):
         off = _run(fn, args)
         graphs._enabled = old
         for i, (a, b) in enumerate(zip(on, off)):
-            assert torch.allclose(a, b, rtol=1e-5, atol=1e-5), (kind, T, i, max_diff(a, b))
+            # the absolute tolerance scales with the tensor: the table's gradient is summed over
+            # the words by index_add_, whose atomic adds on a GPU take no fixed order, so an
+            # entry of order 1e4 may differ by float32 rounding between two runs of either loop
+            scale = max(1.0, b.abs().max().item())
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-5 * scale), (kind, T, i, max_diff(a, b))
 
 
 @cuda
