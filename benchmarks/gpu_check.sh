@@ -13,11 +13,15 @@
 #   4. the CUDA tests: every cell on the GPU against the CPU (values and gradients, CUDA graphs
 #      on), the graphed scans against their eager loops, the Triton scans and the rational
 #      cells' fused Triton pass compiled for the GPU, cuDNN's weight layout, every cell under
-#      bf16 autocast against float64.
+#      bf16 autocast against float64;
+#   5. with FULL=1, in the time left: the whole test suite there, one line a test
+#      ($OUT/full-tests.txt; the failures it met are listed last). The tests that use captum
+#      need it installed there, as every package of the test extra.
 # Usage, from the repository root on a machine with a GPU:
-#   OUT=/tmp/gpu-out [TF32=1] [DATA=DIR] bash benchmarks/gpu_check.sh [SECONDS]      (default 540)
+#   OUT=/tmp/gpu-out [TF32=1] [DATA=DIR] [FULL=1] bash benchmarks/gpu_check.sh [SECONDS]   (default 540)
 # It reads rnnlens from the checkout (PYTHONPATH), so nothing needs installing where torch,
-# triton, pytest and pytest-xdist are there; the C++ kernels (CPU only) stay unbuilt.
+# triton, pytest and pytest-xdist are there; the C++ kernels (CPU only) stay unbuilt (RNNLENS_CPP=0)
+# but where a test turns them on.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -84,5 +88,16 @@ timeout "$t" python3 -m pytest -v -n 12 --timeout 100 -p no:cacheprovider -o add
   -k "cuda or graph or triton or graphed" > "$OUT/tests.txt" 2>&1
 echo "tests rc=$?" | tee -a "$log"
 grep -E "FAILED|ERROR|passed|failed" "$OUT/tests.txt" | tail -15
+
+if [ "${FULL:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
+  # every test, on the machine with the GPU: one line a test (-v), so a run its time limit
+  # stops still names the failures it met; two threads a worker, as on a 2-core machine
+  t=$(( $(left) - 10 ))
+  echo "== whole test suite ($t s)" | tee -a "$log"
+  OMP_NUM_THREADS=2 timeout "$t" python3 -m pytest -v -n 14 --timeout 200 -p no:cacheprovider -o addopts="-rfE" \
+    tests > "$OUT/full-tests.txt" 2>&1
+  echo "whole suite rc=$? ($(grep -c " PASSED" "$OUT/full-tests.txt") passed)" | tee -a "$log"
+  grep -E "^(FAILED|ERROR) |\] (FAILED|ERROR) " "$OUT/full-tests.txt" | sort -u | head -40
+fi
 grep -A70 "^## Targets" "$OUT/RESULTS-cuda.md" 2>/dev/null | head -50
 echo "done in $(( $(date +%s) - start )) s"
