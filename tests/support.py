@@ -27,6 +27,23 @@ def max_diff(a, b) -> float:
     return d
 
 
+def terms_match(fast, ref, leaves, keep) -> None:
+    """A fast path's tuple of terms against its reference: every value within 1e-14, and the
+    gradients of `leaves` through the outputs numbered in `keep` (the others get none) under
+    one random weighting within 1e-12 (float64 inputs)."""
+    import torch
+
+    for u, v in zip(fast, ref):
+        assert max_diff(u, v) < 1e-14
+    ws = [torch.randn_like(t) for t in ref]
+
+    def loss(outs):
+        return sum((outs[j] * ws[j]).sum() for j in keep)
+
+    for u, v in zip(torch.autograd.grad(loss(fast), leaves), torch.autograd.grad(loss(ref), leaves)):
+        assert max_diff(u, v) < 1e-12
+
+
 # --- Triton kernels ------------------------------------------------------------------------------
 def triton_kernels_here(kernels):
     """The body of a module fixture for tests of Triton kernels: on a GPU it yields at once;

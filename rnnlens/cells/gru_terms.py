@@ -52,8 +52,52 @@ class _GRUViewTerms(torch.autograd.Function):
         return dP, db
 
 
+class _GRUViewTermsLean(torch.autograd.Function):
+    """gru_view_terms_ref keeping only P and b_hh for the backward, which runs the reference
+    again on blocks of _TERMS_BLOCK_ROWS positions and differentiates each block through
+    autograd: the same gradients, with temporaries the size of a block. Autograd's graph of
+    the whole reference keeps about fifteen [..., H] tensors (at batch 32 x length 4096 x
+    hidden 256, 134 MB each), where P is three."""
+
+    @staticmethod
+    def forward(ctx, P, b_hh):
+        ctx.save_for_backward(P, b_hh)
+        return gru_view_terms_ref(P, b_hh)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dg, dcoef, ddiag):
+        P, b_hh = ctx.saved_tensors
+        P2 = P.reshape(-1, P.shape[-1])
+        grads = [None if d is None else d.reshape(-1, d.shape[-1]) for d in (dg, dcoef, ddiag)]
+        dP = torch.empty_like(P2) if ctx.needs_input_grad[0] else None
+        db = torch.zeros_like(b_hh) if ctx.needs_input_grad[1] else None
+        for r in range(0, P2.shape[0], _TERMS_BLOCK_ROWS):
+            rows = slice(r, r + _TERMS_BLOCK_ROWS)
+            with torch.enable_grad():
+                p = P2[rows].detach().requires_grad_()
+                b = b_hh.detach().requires_grad_()
+                outs, gs = zip(*[(o, d[rows]) for o, d in zip(gru_view_terms_ref(p, b), grads) if d is not None])
+                dp, dbk = torch.autograd.grad(outs, (p, b), gs, allow_unused=True)
+            if dP is not None:
+                dP[rows] = 0 if dp is None else dp
+            if db is not None and dbk is not None:
+                db += dbk
+        return (None if dP is None else dP.view_as(P)), db
+
+
 def gru_view_terms(P: torch.Tensor, b_hh: torch.Tensor):
-    """gru_view_terms_ref, through the fused C++ pass where it runs (else the reference)."""
+    """gru_view_terms_ref, equal to it in values and gradients: through the fused C++ pass where
+    it runs; elsewhere, under autograd, inputs of at least LEAN_POSITIONS positions through
+    `_GRUViewTermsLean` (memory: P instead of about fifteen [..., H] tensors), shorter ones
+    through autograd's graph of the reference, which is faster."""
     if native(P) and b_hh.dtype == P.dtype:
         return _GRUViewTerms.apply(P, b_hh)
+    if torch.is_grad_enabled() and (P.requires_grad or b_hh.requires_grad) \
+            and P.numel() // max(P.shape[-1], 1) >= LEAN_POSITIONS:
+        return _GRUViewTermsLean.apply(P, b_hh)
     return gru_view_terms_ref(P, b_hh)
+
+
+LEAN_POSITIONS = 32768      # as the LSTM view's terms (cells/lstm_terms.py)
+_TERMS_BLOCK_ROWS = 4096

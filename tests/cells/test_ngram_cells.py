@@ -4,7 +4,7 @@ dense reference (outputs, final states, every gradient)."""
 import pytest
 import torch
 
-from tests.support import E, make, max_diff, padded_batch
+from tests.support import E, make, max_diff, padded_batch, terms_match
 from rnnlens.analysis.ngrams import explain, ngram_vectors
 from rnnlens.cells import CELLS, from_torch
 from rnnlens.cells.baselines import BASELINE_CELLS
@@ -213,13 +213,77 @@ def test_lstm_view_terms_equal_their_reference_with_gradients(used, block, monke
         monkeypatch.setattr(lstm_terms, "_TERMS_BLOCK_ROWS", block)
     z = (torch.randn(3, 5, 4 * H, dtype=torch.float64) * 2).requires_grad_(True)
     fast, ref = lstm_view_terms(z), lstm_view_terms_ref(z)
-    for a, b in zip(fast, ref):
-        assert max_diff(a, b) < 1e-14
-    ws = [torch.randn_like(t) for t in ref]
-    keep = range(6) if used == "all" else (0, 3, 5)
-    loss = lambda outs: sum((outs[j] * ws[j]).sum() for j in keep)   # noqa: E731
-    (g1,) = torch.autograd.grad(loss(fast), z)
-    (g2,) = torch.autograd.grad(loss(ref), z)
-    assert max_diff(g1, g2) < 1e-12
+    terms_match(fast, ref, (z,), range(6) if used == "all" else (0, 3, 5))
     assert torch.autograd.gradcheck(lambda t: lstm_view_terms(t), (z[:1, :2].detach().requires_grad_(True),))
     assert type(fast[0].grad_fn).__name__ == "_LSTMViewTermsBackward"
+
+
+@pytest.mark.parametrize("used", ["all", "some"])
+@pytest.mark.parametrize("block", [None, 4])
+def test_gru_view_terms_lean_equal_their_reference_with_gradients(used, block, monkeypatch):
+    """The GRU view's terms on the path that keeps only P (long inputs off the C++ pass: on a
+    GPU) equal the equations under autograd, values and gradients (P and b_hh), also when some
+    outputs get no gradient and when the backward runs in blocks of rows (4 of the 15
+    positions: the last block shorter)."""
+    from rnnlens.cells import gru_terms
+    from rnnlens.cells.gru_terms import gru_view_terms, gru_view_terms_ref
+    monkeypatch.setattr(gru_terms, "LEAN_POSITIONS", 1)
+    monkeypatch.setattr(gru_terms, "native", lambda t: False)
+    if block:
+        monkeypatch.setattr(gru_terms, "_TERMS_BLOCK_ROWS", block)
+    P = (torch.randn(3, 5, 3 * H, dtype=torch.float64) * 2).requires_grad_(True)
+    b = torch.randn(3 * H, dtype=torch.float64, requires_grad=True)
+    fast, ref = gru_view_terms(P, b), gru_view_terms_ref(P, b)
+    assert type(fast[0].grad_fn).__name__ == "_GRUViewTermsLeanBackward"
+    keep = range(3) if used == "all" else (1,)
+    terms_match(fast, ref, (P, b), keep)
+    assert torch.autograd.gradcheck(gru_view_terms, (P[:1, :2].detach().requires_grad_(True), b))
+    # no gradient wanted: the plain reference; one only for b_hh: the lean path for b alone
+    with torch.no_grad():
+        assert gru_view_terms(P, b)[0].grad_fn is None
+    terms_match(gru_view_terms(P.detach(), b), gru_view_terms_ref(P.detach(), b), (b,), keep)
+    # what the backward keeps: P and b_hh alone, against the reference's graph
+    def kept(fn):
+        sizes = {}
+        with torch.autograd.graph.saved_tensors_hooks(
+                lambda t: sizes.setdefault(t.data_ptr(), t.numel()) and t, lambda t: t):
+            fn(P, b)
+        return sum(sizes.values())
+    assert kept(gru_view_terms) == P.numel() + b.numel() < kept(gru_view_terms_ref) / 3
+
+
+@pytest.mark.parametrize("name", sorted(CELLS))
+def test_every_cell_is_the_same_through_the_view_terms_lean_paths(name, monkeypatch):
+    """Every registered cell, off the C++ passes and loops, gives the same states and gradients (x, the
+    start state, every parameter) whether the GRU and LSTM view terms keep autograd's graph or
+    take the lean paths that long inputs take (here at any size, in blocks of 4 rows)."""
+    from tests.support import rows_mask
+    from rnnlens.cells import gru_terms, lstm_terms
+    monkeypatch.setenv("RNNLENS_CPP", "0")          # no C++ pass or loop: the PyTorch paths
+    taken = []
+    for fn in (gru_terms._GRUViewTermsLean, lstm_terms._LSTMViewTerms):
+        monkeypatch.setattr(fn, "apply", lambda *a, apply=fn.apply: taken.append(1) or apply(*a))
+    torch.manual_seed(0)
+    cell = CELLS[name](E, H).double()
+    x = torch.randn(5, 6, E, dtype=torch.float64, requires_grad=True)
+    s0 = (torch.randn(5, cell.state_size, dtype=torch.float64) * 0.5).requires_grad_(True)
+    mask = rows_mask(5, 6)
+    runs = []
+    for lean in (False, True):
+        for mod in (gru_terms, lstm_terms):
+            monkeypatch.setattr(mod, "LEAN_POSITIONS", 1 if lean else 10 ** 12)
+            monkeypatch.setattr(mod, "_TERMS_BLOCK_ROWS", 4)
+        torch.manual_seed(1)
+        states, final = cell.scan(x, mask, s0)
+        w = torch.randn_like(states)
+        leaves = [x, s0, *[p for p in cell.parameters() if p.requires_grad]]
+        grads = torch.autograd.grad((states * w).sum() + final.sum(), leaves, allow_unused=True)
+        runs.append((states.detach(), final.detach(), grads))
+    (s1, f1, g1), (s2, f2, g2) = runs
+    if name in ("mvm-g", "mvma-g", "mvm-l", "mvma-l"):    # they read the GRU's or the LSTM's view
+        assert taken
+    assert max_diff(s1, s2) < 1e-12 and max_diff(f1, f2) < 1e-12
+    for a, b in zip(g1, g2):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert max_diff(a, b) < 1e-10

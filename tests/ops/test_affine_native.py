@@ -18,6 +18,7 @@ from rnnlens.cells.gru_terms import gru_view_terms, gru_view_terms_ref
 from rnnlens.cells.lstm_terms import lstm_view_terms, lstm_view_terms_ref
 from rnnlens.cells.ngram import AffineCell, GRUApprox, LSTMApprox
 from rnnlens.ops import affine, cpp
+from tests.support import terms_match
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None or not cpp.load("affine_scan")
                                 or not cpp.load("view_terms"), reason="no C++ compiler to build the kernels")
@@ -106,15 +107,7 @@ def test_gru_view_terms_native_equal_the_equations(used):
     b = torch.randn(3 * 7, dtype=torch.float64, requires_grad=True)
     fast, ref = gru_view_terms(P, b), gru_view_terms_ref(P, b)
     assert type(fast[0].grad_fn).__name__ == "_GRUViewTermsBackward"
-    for u, v in zip(fast, ref):
-        assert (u - v).abs().max().item() < 1e-14
-    ws = [torch.randn_like(t) for t in ref]
-    keep = range(3) if used == "all" else (1,)
-    loss = lambda outs: sum((outs[j] * ws[j]).sum() for j in keep)   # noqa: E731
-    g1 = torch.autograd.grad(loss(fast), (P, b))
-    g2 = torch.autograd.grad(loss(ref), (P, b))
-    for u, v in zip(g1, g2):
-        assert (u - v).abs().max().item() < 1e-12
+    terms_match(fast, ref, (P, b), range(3) if used == "all" else (1,))
     assert torch.autograd.gradcheck(gru_view_terms, (P[:1, :2].detach().requires_grad_(True),
                                                      b.detach().requires_grad_(True)))
 
@@ -125,14 +118,7 @@ def test_lstm_view_terms_native_equal_the_equations(used):
     z = (torch.randn(3, 5, 4 * 7, dtype=torch.float64) * 2).requires_grad_(True)
     fast, ref = lstm_view_terms(z), lstm_view_terms_ref(z)
     assert type(fast[0].grad_fn).__name__ == "_LSTMViewTermsNativeBackward"
-    for u, v in zip(fast, ref):
-        assert (u - v).abs().max().item() < 1e-14
-    ws = [torch.randn_like(t) for t in ref]
-    keep = range(6) if used == "all" else (0, 3, 5)
-    loss = lambda outs: sum((outs[j] * ws[j]).sum() for j in keep)   # noqa: E731
-    (g1,) = torch.autograd.grad(loss(fast), z)
-    (g2,) = torch.autograd.grad(loss(ref), z)
-    assert (g1 - g2).abs().max().item() < 1e-12
+    terms_match(fast, ref, (z,), range(6) if used == "all" else (0, 3, 5))
 
 
 def test_float32_activations_within_rounding():
