@@ -56,7 +56,7 @@ class _GRUViewTermsLean(torch.autograd.Function):
     """gru_view_terms_ref keeping only P and b_hh for the backward, which runs the reference
     again on blocks of _TERMS_BLOCK_ROWS positions and differentiates each block through
     autograd: the same gradients, with temporaries the size of a block. Autograd's graph of
-    the whole reference keeps about fifteen [..., H] tensors (at batch 32 x length 4096 x
+    the whole reference keeps about thirteen [..., H] tensors (at batch 32 x length 4096 x
     hidden 256, 134 MB each), where P is three."""
 
     @staticmethod
@@ -89,7 +89,7 @@ class _GRUViewTermsLean(torch.autograd.Function):
 def gru_view_terms(P: torch.Tensor, b_hh: torch.Tensor):
     """gru_view_terms_ref, equal to it in values and gradients: through the fused C++ pass where
     it runs; elsewhere, under autograd, inputs of at least LEAN_POSITIONS positions through
-    `_GRUViewTermsLean` (memory: P instead of about fifteen [..., H] tensors), shorter ones
+    `_GRUViewTermsLean` (memory: P instead of about thirteen [..., H] tensors), shorter ones
     through autograd's graph of the reference, which is faster."""
     if native(P) and b_hh.dtype == P.dtype:
         return _GRUViewTerms.apply(P, b_hh)
