@@ -334,7 +334,7 @@ def _totals(totals: dict) -> list[str]:
     the papers' budgets on a CPU and for the language-model tables (whose budgets need a GPU)."""
     out = []
     for lm, what in ((False, "Tables run at the papers' budgets on a CPU (every table but the language-model ones)"),
-                     (True, "Language-model tables (their papers' budgets need a GPU)")):
+                     (True, "Language-model tables (most of their papers' budgets need a GPU)")):
         done, shorter, lines = totals[lm]
         if lines:
             within = f"; {shorter} more within the tolerance at a shorter budget" if shorter else ""
