@@ -78,10 +78,10 @@ class _GRUViewTermsLean(torch.autograd.Function):
                 p = P2[rows].detach().requires_grad_()
                 b = b_hh.detach().requires_grad_()
                 outs, gs = zip(*[(o, d[rows]) for o, d in zip(gru_view_terms_ref(p, b), grads) if d is not None])
-                dp, dbk = torch.autograd.grad(outs, (p, b), gs, allow_unused=True)
+                dp, dbk = torch.autograd.grad(outs, (p, b), gs)
             if dP is not None:
-                dP[rows] = 0 if dp is None else dp
-            if db is not None and dbk is not None:
+                dP[rows] = dp          # every term depends on P, and z0 on b_hz: never None
+            if db is not None:
                 db += dbk
         return (None if dP is None else dP.view_as(P)), db
 
