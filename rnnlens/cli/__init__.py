@@ -114,11 +114,12 @@ def _clean_texts(args) -> None:
     UTF-8 made U+FFFD: printing or plotting them must not fail (paths are left as given)."""
     from ..data.tokenize import clean_text
 
-    v = getattr(args, "text", None)
-    if isinstance(v, str):
-        args.text = clean_text(v)
-    elif isinstance(v, list):
-        args.text = [clean_text(t) if isinstance(t, str) else t for t in v]
+    for name in ("text", "text_flag"):
+        v = getattr(args, name, None)
+        if isinstance(v, str):
+            setattr(args, name, clean_text(v))
+        elif isinstance(v, list):
+            setattr(args, name, [clean_text(t) if isinstance(t, str) else t for t in v])
 
 
 class _Terminated(KeyboardInterrupt):

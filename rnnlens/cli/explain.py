@@ -14,6 +14,10 @@ DOCUMENT_CHUNK = 2048     # tokens of a document in one linear view (memory per 
 
 
 def cmd_explain(args) -> int:
+    if args.text_flag is not None:
+        if args.text is not None:
+            raise RnnlensError("give the text once: as the argument or as --text, not both")
+        args.text = args.text_flag
     png = Path(args.png) if args.png is not None else None
     # before any work: the parser's `new_file` refused a folder or a missing parent folder
     if png is not None:
@@ -257,6 +261,8 @@ def add_parser(sub) -> None:
     e = sub.add_parser("explain", help="the n-grams of a text and their scores")
     e.add_argument("--model", required=True, help="checkpoint folder")
     e.add_argument("text", nargs="?", help="the text (or --file)")
+    e.add_argument("--text", dest="text_flag", metavar="TEXT", help="the text, as a flag (as report and wfsa "
+                   "take it); the same as giving it as the argument")
     e.add_argument("--file", help="a document to explain ('-': standard input): its top-k n-grams, streamed in "
                    "bounded memory")
     e.add_argument("--lines", metavar="FILE", help="many sentences, one a line (or .tsv / .jsonl as predict reads "

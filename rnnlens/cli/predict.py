@@ -15,6 +15,13 @@ def cmd_predict(args) -> int:
     from ..app.predict import FORMATS, Predictor, read_texts
     from ..app.run import Run
 
+    texts = args.text or []
+    if args.file is not None and texts:
+        raise RnnlensError("give either FILE or --text, not both")
+    if args.file is None and not texts:
+        raise RnnlensError("give FILE with the texts (one a line; '-': standard input) or --text TEXT")
+    if any(not t.strip() for t in texts):
+        raise RnnlensError("--text is empty")
     out = Path(args.out) if args.out is not None else None
     if out is not None:                                          # refuse before any work
         check_new_file(out, args.force, [args.model, args.file])
@@ -26,7 +33,9 @@ def cmd_predict(args) -> int:
         set_threads(args.threads)
     run = Run.load(args.model)
     predictor = Predictor(run, batch_size=args.batch_size, explain=args.explain)
-    if args.file == "-":
+    if texts:
+        source, name = None, "--text"
+    elif args.file == "-":
         source, name = sys.stdin, "stdin"
     else:
         try:
@@ -34,23 +43,26 @@ def cmd_predict(args) -> int:
         except OSError as e:
             raise RnnlensError(f"cannot read {args.file}: {e.strerror or e}") from None
         name = str(args.file)
+    items = list(enumerate(texts, 1)) if texts else None
     try:
+        if items is None:
+            items = read_texts(source, args.format, name)
         if out is None:
-            n = _stream(predictor, read_texts(source, args.format, name), sys.stdout, args.quiet)
+            n = _stream(predictor, items, sys.stdout, args.quiet)
             _some(n, name)
         else:
             from ..outfiles import replacing
 
             with replacing(out, suffix=".jsonl") as tmp, open(tmp, "w", encoding="utf-8") as f:
-                n = _stream(predictor, read_texts(source, args.format, name), f, args.quiet)
+                n = _stream(predictor, items, f, args.quiet)
                 _some(n, name)                 # inside: an empty input leaves no --out behind
     except UnicodeDecodeError as e:
         raise RnnlensError(f"{name} is not UTF-8 text ({e.reason})") from None
     finally:
-        if source is not sys.stdin:
+        if source is not None and source is not sys.stdin:
             source.close()
     if out is not None:
-        print(f"wrote {n:,} predictions to {out}")
+        print(f"wrote {n:,} prediction{'' if n == 1 else 's'} to {out}")
     return 0
 
 
@@ -98,8 +110,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser("predict", help="a trained model on new texts: one JSON record a line (a classifier's "
                        "label and probabilities, a tagger's tags, a language model's log-probabilities)")
     p.add_argument("--model", required=True, help="checkpoint folder")
-    p.add_argument("file", metavar="FILE", help="the texts: one a line (plain), label<TAB>text or text (.tsv), "
-                   "{\"text\": ...} objects (.jsonl); - reads standard input")
+    p.add_argument("file", metavar="FILE", nargs="?", help="the texts: one a line (plain), label<TAB>text or text "
+                   "(.tsv), {\"text\": ...} objects (.jsonl); - reads standard input")
+    p.add_argument("--text", action="append", metavar="TEXT", help="a text to predict, in place of FILE "
+                   "(repeatable: one record each, numbered as lines are)")
     p.add_argument("--format", default="auto", help="auto (by the file's extension), lines, tsv or jsonl")
     p.add_argument("--out", type=_out_target, help="write the JSONL here instead of standard output ('-': "
                    "standard output)")

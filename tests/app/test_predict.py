@@ -98,6 +98,19 @@ def test_predict_reads_stdin_writes_out_and_explains(classifier, tmp_path, capsy
     assert "exists" in capsys.readouterr().err
 
 
+def test_texts_on_the_command_line_predict_and_explain_as_a_file_does(classifier, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("a fine film\nawful acting\n")
+    assert main(["predict", "--model", str(classifier), str(tmp_path / "in.txt"), "--explain", "2"]) == 0
+    from_file = _records(capsys)
+    assert main(["predict", "--model", str(classifier), "--text", "a fine film", "--text", "awful acting",
+                 "--explain", "2"]) == 0
+    assert _records(capsys) == from_file
+    assert main(["explain", "--model", str(classifier), "a fine film", "--json"]) == 0
+    positional = json.loads(capsys.readouterr().out)
+    assert main(["explain", "--model", str(classifier), "--text", "a fine film", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == positional
+
+
 def test_predict_batches_do_not_change_the_answer(classifier, tmp_path, capsys):
     texts = [" ".join(["good", "fun", "film", "bad"][: 1 + i % 4]) for i in range(23)]
     (tmp_path / "t.txt").write_text("\n".join(texts) + "\n")
@@ -215,6 +228,10 @@ def test_a_language_model_gives_log_probs_and_perplexity(lm, tmp_path, capsys):
     (["predict", "--model", "{m}", "{bad}", "--format", "xml"], "--format must be one of"),
     (["predict", "--model", "{m}", "{empty}"], "has no texts to predict"),
     (["predict", "--model", "{m}", "{empty}", "--out", "{out}"], "has no texts to predict"),
+    (["predict", "--model", "{m}"], "give FILE with the texts"),
+    (["predict", "--model", "{m}", "{empty}", "--text", "good fun"], "not both"),
+    (["predict", "--model", "{m}", "--text", " ", "--out", "{out}"], "--text is empty"),
+    (["explain", "--model", "{m}", "good fun", "--text", "bad plot"], "give the text once"),
 ])
 def test_bad_input_is_one_line(classifier, tmp_path, capsys, argv, msg):
     bad = tmp_path / "bad.jsonl"
