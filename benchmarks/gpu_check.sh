@@ -10,6 +10,8 @@
 #      models on the GPU, one epoch on 200,000 training tokens and the dev pass, each config
 #      alone, then four and eight of the 128-unit ones at once (one process each), in
 #      $OUT/lm-pace.txt: what a row's full budget costs there, and how many rows to run at once;
+#      each of four configs also with its whole step as one CUDA graph and without
+#      (RNNLENS_STEP_GRAPHS=0); PACE_MANY=0 leaves out the runs of four and eight at once;
 #   4. the CUDA tests: every cell on the GPU against the CPU (values and gradients, CUDA graphs
 #      on), the graphed scans against their eager loops, the Triton scans and the rational
 #      cells' fused Triton pass compiled for the GPU, cuDNN's weight layout, every cell under
@@ -73,9 +75,16 @@ if [ -n "${DATA:-}" ] && [ "$(left)" -gt 180 ]; then
       "$(grep -o '"seconds": [0-9.]*' "$pw/$1-$2/metrics.jsonl" 2>/dev/null | head -1)" >> "$OUT/lm-pace.txt"
   }
   for c in ptb-gru ptb-gru-variant ptb-lstm-variant; do pace "$c" alone; done
+  # the whole training step as one CUDA graph (rnnlens/train/step_graph.py) against eager steps
+  for c in ptb-gru ptb-gru-variant ptb-lstm-variant ptb-mvma-g; do
+    RNNLENS_STEP_GRAPHS=0 pace "$c" eager-steps; pace "$c" graphed-steps
+    grep -h "could not be captured" "$pw/$c-graphed-steps.log" | head -2 >> "$OUT/lm-pace.txt"
+  done
   small="ptb-gru-variant ptb-lstm-variant wikitext2-gru-variant wikitext2-lstm-variant"
-  for c in $small; do pace "$c" four & done; wait
-  for c in $small wikitext2-gru wikitext2-lstm wikitext2-gru-approx wikitext2-lstm-approx; do pace "$c" eight & done; wait
+  if [ "${PACE_MANY:-1}" = 1 ]; then
+    for c in $small; do pace "$c" four & done; wait
+    for c in $small wikitext2-gru wikitext2-lstm wikitext2-gru-approx wikitext2-lstm-approx; do pace "$c" eight & done; wait
+  fi
   cat "$OUT/lm-pace.txt" | tee -a "$log"
 fi
 
@@ -84,7 +93,7 @@ echo "== tests ($t s)" | tee -a "$log"
 timeout "$t" python3 -m pytest -v -n 12 --timeout 100 -p no:cacheprovider -o addopts="" \
   tests/ops/test_cuda_graphs.py tests/ops/test_triton_rational.py tests/ops/test_triton_scan.py \
   tests/ops/test_expm_action.py tests/analysis/test_attribution.py tests/ops/test_precision.py tests/cells/test_cells.py tests/cells/test_fused_classic.py tests/cells/test_memory.py \
-  tests/heads/test_crf.py tests/ops/test_elementwise.py tests/ops/test_expm.py \
+  tests/heads/test_crf.py tests/ops/test_elementwise.py tests/ops/test_expm.py tests/train/test_step_graphs.py \
   -k "cuda or graph or triton or graphed" > "$OUT/tests.txt" 2>&1
 echo "tests rc=$?" | tee -a "$log"
 grep -E "FAILED|ERROR|passed|failed" "$OUT/tests.txt" | tail -15

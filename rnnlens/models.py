@@ -6,7 +6,7 @@ from torch import nn
 
 from .cells.base import LinearView
 from .data.batching import Batch
-from .encoder import build_encoder
+from .encoder import RNNEncoder, build_encoder
 from .errors import RnnlensError
 from .config import NEXT_TOKEN_TASKS, ModelConfig, future_leak
 
@@ -105,7 +105,8 @@ class RNNModel(nn.Module):
         self.encoder = build_encoder(cfg, vocab_size)
         self.head = build_head(cfg, task, self.encoder, labels, vocab_size)
         init_weights(self, cfg)
-        self.carries_state = task == "lm" and not sentence_level and cfg.memory is None and cfg.carry_state
+        self.stream_lm = task == "lm" and not sentence_level and cfg.memory is None   # BPTT over a stream
+        self.carries_state = self.stream_lm and cfg.carry_state
         self._carry = None
 
     @property
@@ -119,7 +120,10 @@ class RNNModel(nn.Module):
         carry = self.carries_state
         if carry and self._carry is not None and self._carry[0].shape[0] != len(batch):
             self._carry = None
-        out, state = self.encoder(batch.tokens, batch.mask, self._carry if carry else None)
+        # a dense batch has no padding to hold: the recurrent layers run without the mask
+        dense = getattr(batch, "dense", False) and isinstance(self.encoder, RNNEncoder)
+        mask = None if dense else batch.mask
+        out, state = self.encoder(batch.tokens, mask, self._carry if carry else None)
         if carry:
             self._carry = [s.detach() for s in state]
         return out

@@ -34,6 +34,9 @@ class Batch:
     lengths: [B] long
     targets: [B] (long for classes, float for regression) or None
     extra:   per-example facts from Example.info: key -> list of B values
+    dense:   True when every row is full length (mask all True, as a language model's BPTT
+             segments of a stream are): the model may then run without the mask, which is
+             the same computation without reading the mask back from the device
     """
 
     tokens: torch.Tensor
@@ -41,10 +44,12 @@ class Batch:
     lengths: torch.Tensor
     targets: torch.Tensor | None = None
     extra: dict = field(default_factory=dict)
+    dense: bool = False
 
     def to(self, device) -> "Batch":
         t = self.targets.to(device) if self.targets is not None else None
-        return Batch(self.tokens.to(device), self.mask.to(device), self.lengths.to(device), t, self.extra)
+        return Batch(self.tokens.to(device), self.mask.to(device), self.lengths.to(device), t, self.extra,
+                     self.dense)
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -165,7 +170,7 @@ class BPTTIterator:
         for i in range(skip * self.bptt, N - 1, self.bptt):
             L = min(self.bptt, N - 1 - i)
             yield Batch(self.data[:, i: i + L], torch.ones(B, L, dtype=torch.bool),
-                        torch.full((B,), L, dtype=torch.long), self.data[:, i + 1: i + 1 + L])
+                        torch.full((B,), L, dtype=torch.long), self.data[:, i + 1: i + 1 + L], dense=True)
 
 
 # --- sentence-level language modelling (recurrent-memory paper, Section 4.2) ---------

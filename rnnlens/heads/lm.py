@@ -57,7 +57,7 @@ class LMHead(Head):
 
     def nll_sum(self, output: torch.Tensor, batch) -> torch.Tensor:
         m = batch.mask
-        no_pad = bool(m.all())
+        no_pad = getattr(batch, "dense", False) or bool(m.all())
         y = _real(batch.targets, m, no_pad)
         if self.adaptive is not None:  # it returns the mean over the tokens
             return self.adaptive(_real(output, m, no_pad), y).loss * y.numel()

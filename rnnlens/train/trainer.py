@@ -122,12 +122,15 @@ class Trainer:
         self._start = time.perf_counter()  # minus the seconds trained before a resume
         self._resume_pos: dict | None = None   # where in an epoch a resumed run continues
         self._data_epoch = None            # the data order's epoch counter at this epoch's start
+        self._graphs = None                # step_graph.StepGraphs where a step can be one CUDA graph
 
-    def _autocast(self):
+    def _autocast(self, graph: bool = False):
         """The context the forward and the loss run in: bfloat16 autocast on the model's device
-        type with precision bf16, else nothing."""
+        type with precision bf16, else nothing. graph: for a step captured in a CUDA graph,
+        where autocast must not keep its casts between calls (torch's rule for graphs)."""
         if self.cfg.precision == "bf16":
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16,
+                                  cache_enabled=False if graph else None)
         return contextlib.nullcontext()
 
     def _log(self, record: dict) -> None:
@@ -332,21 +335,32 @@ class Trainer:
             batch, (share, grad_share) = d.shard(batch, [self._units, self._grad_units])
             batch = batch.to(self.device)
             self.step += 1
-            self.optimizer.zero_grad(set_to_none=True)
-            with self._autocast():            # the backward below runs outside it
-                out, loss = self._net(batch)  # (output, loss), from the slice
-            # the batch's loss: under data parallelism the shares' sum, the same on every rank
-            value = d.all_sum([loss.item() * share if share else 0.0])[0]
-            if not math.isfinite(value):
-                fault = f"loss became {value}"
+            graphed = self._graphs.step(batch) if self._graphs is not None else None
+            if graphed is not None:           # the whole step as one CUDA graph (step_graph.py)
+                out, loss, norm = graphed
+                value = loss.item() * share
+                fault = None                  # where there is one, the update was skipped on the device
+                if not math.isfinite(value):
+                    fault = f"loss became {value}"
+                elif check_grad and not math.isfinite(norm.item()):
+                    fault = f"gradient norm became {norm.item()}"
             else:
-                fault = self._backward(loss, batch, grad_share, check_grad)
+                self.optimizer.zero_grad(set_to_none=True)
+                with self._autocast():            # the backward below runs outside it
+                    out, loss = self._net(batch)  # (output, loss), from the slice
+                # the batch's loss: under data parallelism the shares' sum, the same on every rank
+                value = d.all_sum([loss.item() * share if share else 0.0])[0]
+                if not math.isfinite(value):
+                    fault = f"loss became {value}"
+                else:
+                    fault = self._backward(loss, batch, grad_share, check_grad)
             if fault is not None:
                 self._fault(fault, epoch)     # raises, or skips this batch
                 self.optimizer.zero_grad(set_to_none=True)
             else:
                 self._skips = 0
-                self.optimizer.step()
+                if graphed is None:           # (the graph made its update itself)
+                    self.optimizer.step()
                 loss_sum += value * size
                 n += size
                 if track and mine:
@@ -381,6 +395,10 @@ class Trainer:
             raise RnnlensError(f"train.batch_size {self.cfg.batch_size} is the global batch, shared by "
                                f"{d.world} processes: it must be at least {d.world}")
         self._net = d.wrap(self.model, self.device)
+        from . import step_graph
+
+        if step_graph.StepGraphs.reason_off(self) is None:
+            self._graphs = step_graph.StepGraphs(self)
         if self.checkpoints is not None and self.checkpoints.resume is not None:
             self._restore(self.checkpoints.resume, train_batches)
         else:
