@@ -20,7 +20,8 @@
 #      ($OUT/full-tests.txt; the failures it met are listed last). The tests that use captum
 #      need it installed there, as every package of the test extra.
 # Usage, from the repository root on a machine with a GPU:
-#   OUT=/tmp/gpu-out [TF32=1] [DATA=DIR] [FULL=1] bash benchmarks/gpu_check.sh [SECONDS]   (default 540)
+#   OUT=/tmp/gpu-out [SUITE=0] [TF32=1] [DATA=DIR] [PACE_MANY=0] [FULL=1] bash benchmarks/gpu_check.sh [SECONDS]
+# (default 540 s; SUITE=0 leaves out stage 1)
 # It reads rnnlens from the checkout (PYTHONPATH), so nothing needs installing where torch,
 # triton, pytest and pytest-xdist are there; the C++ kernels (CPU only) stay unbuilt (RNNLENS_CPP=0)
 # but where a test turns them on.
@@ -37,12 +38,14 @@ log="$OUT/log.txt"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
   uptime; } 2>&1 | tee "$OUT/env.txt"
 
-suite=$(( $(left) * 45 / 100 ))
-echo "== suite (time limit $suite s)" | tee -a "$log"
-timeout $((suite + 90)) python3 -m benchmarks --device cuda --time-limit "$suite" \
-  --cells elman gru lstm mvma-g mvma-l gru-approx lstm-approx rrnn-b rrnn-c rrnn-f \
-  --parts speed long bounds urn lm memory --out "$OUT/RESULTS-cuda.md" >> "$log" 2>&1
-echo "suite rc=$?" | tee -a "$log"
+if [ "${SUITE:-1}" = 1 ]; then
+  suite=$(( $(left) * 45 / 100 ))
+  echo "== suite (time limit $suite s)" | tee -a "$log"
+  timeout $((suite + 90)) python3 -m benchmarks --device cuda --time-limit "$suite" \
+    --cells elman gru lstm mvma-g mvma-l gru-approx lstm-approx rrnn-b rrnn-c rrnn-f \
+    --parts speed long bounds urn lm memory --out "$OUT/RESULTS-cuda.md" >> "$log" 2>&1
+  echo "suite rc=$?" | tee -a "$log"
+fi
 
 if [ "${TF32:-0}" = 1 ] && [ "$(left)" -gt 200 ]; then
   echo "== tf32 ($(left) s left)" | tee -a "$log"

@@ -71,9 +71,15 @@ class LMHead(Head):
 
     def loss_and_metrics(self, output, batch):
         """Both from one pass over the softmax (evaluation would otherwise compute it twice)."""
+        loss, sums = self.metric_tensors(output, batch)
+        return loss, {k: float(v) for k, v in sums.items()}
+
+    def metric_tensors(self, output, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """loss_and_metrics with the metrics as 0-d tensors, computed without reading anything
+        back from the device (an evaluation step captured as a CUDA graph adds them up there)."""
         nll, tokens = self.nll_sum(output, batch), batch.mask.sum()
-        unk = (batch.targets[batch.mask] == Vocab.unk_id).sum()
-        return nll / tokens.clamp(min=1), {"nll": float(nll), "tokens": float(tokens), "unk": float(unk)}
+        unk = ((batch.targets == Vocab.unk_id) & batch.mask).sum()
+        return nll / tokens.clamp(min=1), {"nll": nll, "tokens": tokens, "unk": unk}
 
     def finalize(self, m: dict) -> dict[str, float]:
         """ppl, and beside it unk_rate: the fraction of the predicted tokens that are <unk> (the

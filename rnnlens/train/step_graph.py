@@ -1,5 +1,6 @@
 """A language model's whole training step on a GPU as one CUDA graph: forward, loss, backward,
-gradient clipping and the optimizer's update, launched as one unit.
+gradient clipping and the optimizer's update, launched as one unit; and its evaluation step
+(forward, loss and the head's sums) likewise.
 
 Why: at the papers' sizes (20 x 35 tokens, 128-512 units) a step is a few hundred small
 kernels, and launching them one by one from Python takes longer than running them: on one
@@ -27,7 +28,8 @@ handles a fault as it does eagerly (train.on_nan). The carried state of a langua
 goes through fixed buffers: the step reads it from `carry_in` (the last step's final state,
 copied in before each replay) and leaves its final state in the graph's output, which
 `model._carry` then holds as after an eager step. A stream's first step (no state yet) runs
-eagerly.
+eagerly. An evaluation step's sums (`LMHead.metric_tensors`) are added up on the device and
+read once, after the last batch (Trainer.evaluate).
 
 `BACKEND = RerunBackend()` (tests) replaces CUDA graphs by one, which runs the captured function
 again at every replay: it checks on a CPU that the buffers, the carried state and the
@@ -45,7 +47,7 @@ import torch
 from ..data.batching import Batch
 from ..ops.switches import switched_off
 
-MAX_GRAPHS = 2
+MAX_GRAPHS = 4        # a stream's full and last batch, in training and in evaluation
 BACKEND = None         # tests: RerunBackend() in place of CUDA graphs (on any device)
 
 
@@ -119,15 +121,27 @@ class StepGraphs:
             return "not torch's fused Adam or SGD"
         return None
 
-    def _key(self, batch: Batch) -> tuple:
+    def _key(self, batch: Batch, kind: str) -> tuple:
         t = self.trainer
+        shapes = (tuple(batch.tokens.shape), tuple(batch.targets.shape))
+        if kind == "eval":
+            return ("eval", *shapes)
         lrs = tuple(float(g["lr"]) for g in t.optimizer.param_groups)
-        return (tuple(batch.tokens.shape), tuple(batch.targets.shape), id(t.optimizer), lrs)
+        return ("train", *shapes, id(t.optimizer), lrs)
 
     def step(self, batch: Batch):
-        """(out, loss, grad_norm) of this batch's step run through a graph, the update made (or
-        skipped on the device where the eager step would not make it); the loss and the norm
-        are 0-d device tensors. None: the step was not run (the caller runs it eagerly)."""
+        """(out, loss, grad_norm) of this training batch's step run through a graph, the update
+        made (or skipped on the device where the eager step would not make it); the loss and
+        the norm are 0-d device tensors. None: the step was not run (the caller runs it
+        eagerly)."""
+        return self._run(batch, "train")
+
+    def eval_step(self, batch: Batch):
+        """(loss, {metric: 0-d tensor}) of this evaluation batch's forward run through a graph
+        (the head's `metric_tensors`), or None (the caller runs it eagerly)."""
+        return self._run(batch, "eval")
+
+    def _run(self, batch: Batch, kind: str):
         model = self.trainer.model
         if self.off is not None or not batch.dense:
             return None
@@ -135,13 +149,13 @@ class StepGraphs:
             # a stream's first step runs eagerly: it starts from no state, which is not a state
             # of zeros for every cell (max-plus's zero is -inf; MM and VM start from g(x_1))
             return None
-        key = self._key(batch)
+        key = self._key(batch, kind)
         g = self.graphs.get(key)
         if g is None:
             self.seen[key] = self.seen.get(key, 0) + 1
             if self.seen[key] < 2:
                 return None
-            g = self._capture(batch)
+            g = self._capture(batch, kind)
             if g is None:
                 return None
             self.graphs[key] = g
@@ -159,12 +173,12 @@ class StepGraphs:
             for c, cur in zip(g.carry_in, model._carry):
                 if c is not cur:
                     c.copy_(cur)
-        out, loss, norm, carry_out = self.backend.replay(g.handle)
+        *outs, carry_out = self.backend.replay(g.handle)
         if carry_out is not None:
             model._carry = list(carry_out)
-        return out, loss, norm
+        return tuple(outs)
 
-    def _capture(self, batch: Batch) -> _Graph | None:
+    def _capture(self, batch: Batch, kind: str) -> _Graph | None:
         t = self.trainer
         model, opt = t.model, t.optimizer
         dev = t.device
@@ -172,7 +186,45 @@ class StepGraphs:
                        batch.targets.to(dev).clone(), batch.extra, dense=True)
         before = model._carry
         carry_in = [c.detach().clone() for c in before] if model.carries_state else None
-        found = torch.zeros((), device=dev)
+
+        def carried():
+            return model._carry if carry_in is not None else None
+
+        if kind == "eval":
+            def fn():
+                if carry_in is not None:
+                    model._carry = carry_in
+                with torch.no_grad(), t._autocast(graph=True):
+                    out = model(static)
+                    loss, sums = model.head.metric_tensors(out, static)
+                return loss, sums, carried()
+        else:
+            fn = self._train_fn(static, carry_in, carried)
+        try:
+            handle = self.backend.capture(fn)
+        except RuntimeError as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            self.off = first
+            warnings.warn(f"the {'training' if kind == 'train' else 'evaluation'} step could not be captured "
+                          f"as a CUDA graph ({first}); going on without graphs", RuntimeWarning, stacklevel=3)
+            model._carry = before
+            if kind == "train":
+                opt.zero_grad(set_to_none=True)
+            if getattr(opt, "found_inf", None) is not None:
+                del opt.found_inf
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            return None
+        if carry_in is not None:
+            model._carry = carry_in          # this step starts from it (copied into it at replay)
+        return _Graph(handle, static, carry_in, opt)
+
+    def _train_fn(self, static: Batch, carry_in, carried):
+        """The training step on the static batch: forward, loss, backward, clipping, and the
+        fused update told (found_inf) where the eager step would not have made it."""
+        t = self.trainer
+        model, opt = t.model, t.optimizer
+        found = torch.zeros((), device=t.device)
         params = [p for p in model.parameters() if p.requires_grad]
         check_grad = bool(t.cfg.clip) or t.cfg.on_nan == "skip"
         max_norm = t.cfg.clip or math.inf
@@ -201,22 +253,5 @@ class StepGraphs:
                 for g, c in zip(opt.param_groups, capturable):
                     if "capturable" in g:
                         g["capturable"] = c
-            return out, loss.detach(), norm.detach(), (model._carry if carry_in is not None else None)
-
-        try:
-            handle = self.backend.capture(fn)
-        except RuntimeError as e:
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            self.off = first
-            warnings.warn(f"the training step could not be captured as a CUDA graph ({first}); "
-                          "training on without it", RuntimeWarning, stacklevel=2)
-            model._carry = before
-            opt.zero_grad(set_to_none=True)
-            if getattr(opt, "found_inf", None) is not None:
-                del opt.found_inf
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            return None
-        if carry_in is not None:
-            model._carry = carry_in          # this step starts from it (copied into it at replay)
-        return _Graph(handle, static, carry_in, opt)
+            return out, loss.detach(), norm.detach(), carried()
+        return fn

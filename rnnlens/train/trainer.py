@@ -159,6 +159,8 @@ class Trainer:
         merged: dict = {}
         loss_sum, n = 0.0, 0
         d = self.dist
+        graphs = self._graphs if each is None else None
+        on_device: dict = {}             # the graphed batches' sums, added up on the device
         for batch in batches:
             size = len(batch)            # this rank's slice; the sums are added up below
             n += size
@@ -167,6 +169,12 @@ class Trainer:
                 continue
             batch, (share,) = d.shard(batch, [self._units])
             batch = batch.to(self.device)
+            graphed = graphs.eval_step(batch) if graphs is not None else None
+            if graphed is not None:      # the forward as one CUDA graph (step_graph.py)
+                loss, sums = graphed
+                for k, v in {"loss": loss.double() * (share * size), **sums}.items():
+                    on_device[k] = v.double() + on_device[k] if k in on_device else v.double()
+                continue
             with self._autocast():
                 out = self.model(batch)
                 loss, metrics = self.model.head.loss_and_metrics(out, batch)
@@ -174,6 +182,9 @@ class Trainer:
                 each(out, batch)
             loss_sum += loss.item() * share * size     # the batch's mean loss: the shares' weighted sum
             merge_metrics(merged, metrics)
+        if on_device:
+            loss_sum += float(on_device.pop("loss"))
+            merge_metrics(merged, {k: float(v) for k, v in on_device.items()})
         loss_sum = d.all_sum([loss_sum])[0]
         merged = d.merged(merged)
         if n == 0:

@@ -69,7 +69,8 @@ def test_every_cell_trains_the_same_through_the_graphed_step(name, monkeypatch):
     monkeypatch.setattr(step_graph, "BACKEND", backend)
     model, trainer = fit(cfg, train)
     assert trainer._graphs is not None and trainer._graphs.off is None
-    assert backend.captures >= 1 and backend.replays >= 20     # of 30 steps (a stream's first, a new shape's or rate's first: eager)
+    assert {k[0] for k in trainer._graphs.seen} == {"train", "eval"}
+    assert backend.captures >= 2 and backend.replays >= 20     # of 30 steps (a stream's first, a new shape's or rate's first: eager)
     close(trainer.history, ref.history, 1e-6)
     for (k, a), (_, b) in zip(model.state_dict().items(), ref_model.state_dict().items()):
         assert max_diff(a, b) < 1e-5, k
@@ -107,7 +108,9 @@ def test_a_skipped_step_is_skipped_on_the_device_and_the_new_rate_captured_anew(
     backend = step_graph.RerunBackend()
     monkeypatch.setattr(step_graph, "BACKEND", backend)
     model, trainer = fit(cfg, train)
-    assert backend.captures == 3     # [4,10] at lr 0.01, again at the halved 0.005; the last [4,4] (epoch 2)
+    # training: [4,10] at lr 0.01 and again at the halved 0.005, the last [4,9] in epoch 2;
+    # evaluation: [4,10], the last [4,4] in epoch 2
+    assert backend.captures == 5
     close(trainer.history, ref.history, 1e-6)
     for (k, a), (_, b) in zip(model.state_dict().items(), ref_model.state_dict().items()):
         assert max_diff(a, b) < 1e-5, k
@@ -173,7 +176,7 @@ def test_cuda_graphed_steps_train_as_the_eager_ones(name, monkeypatch):
     monkeypatch.delenv("RNNLENS_STEP_GRAPHS")
     model, trainer = fit(cfg, device="cuda")
     assert trainer._graphs is not None and trainer._graphs.off is None, trainer._graphs.off
-    assert trainer._graphs.graphs
+    assert {k[0] for k in trainer._graphs.graphs} == {"train", "eval"}
     close(trainer.history, ref.history, 1e-4)
     for (k, a), (_, b) in zip(model.state_dict().items(), ref_model.state_dict().items()):
         assert max_diff(a, b) < 1e-3, k
