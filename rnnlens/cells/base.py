@@ -402,6 +402,10 @@ class Cell(nn.Module):
     # carrying the state (encoder.run_cell). False (MVM, VM, MM): g enters only at each
     # row's first real token of a call.
     additive = True
+    # False: the cell's forward reads values back from the device (the URN's distinct words
+    # decide its table's size), so a training step through it cannot be one CUDA graph
+    # (rnnlens/train/step_graph.py trains it eagerly).
+    capturable = True
     # Variational recurrent dropout, one mask per sequence (set by `configure`); the cells
     # that apply it say where. Off in eval mode, so analysis is unaffected.
     recurrent_dropout = 0.0

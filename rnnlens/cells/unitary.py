@@ -346,6 +346,7 @@ class URN(WordMatrixCell):
     """Unitary recurrent network: Q(x) = expm(T - T^T), T's strict upper triangle from x row
     by row (first `truncation` rows only, if set). x[B,T,E] -> out[B,T,n], state [B,n+1].
     See the module docstring for the state, the map x -> T, dropout and gradients."""
+    capturable = False        # one exponential per distinct word: how many is read back
 
     def __init__(self, input_size: int, hidden_size: int, truncation: int | None = None):
         super().__init__(input_size, hidden_size)

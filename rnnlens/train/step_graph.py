@@ -116,6 +116,9 @@ class StepGraphs:
             return "not a language model over a stream"
         if getattr(model.head, "adaptive", None) is not None:
             return "an adaptive softmax (its clusters are picked on the host)"
+        cells = [m for m in model.modules() if hasattr(m, "capturable") and hasattr(m, "additive")]
+        if any(not c.capturable for c in cells):
+            return "a cell that reads values back from the device (the URN's distinct words)"
         if not all(g.get("fused") for g in trainer.optimizer.param_groups) or \
                 not isinstance(trainer.optimizer, (torch.optim.Adam, torch.optim.SGD)):
             return "not torch's fused Adam or SGD"

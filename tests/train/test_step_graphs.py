@@ -199,3 +199,43 @@ def test_cuda_graphed_steps_with_dropout_repeat_from_a_seed_and_train_as_well(mo
     assert a._graphs.off is None
     close(a.history, b.history, 1e-5)
     assert math.isclose(a.history[-1]["dev_loss"], ref.history[-1]["dev_loss"], rel_tol=0.05)
+
+
+class HostReadsRefused(step_graph.RerunBackend):
+    """A re-running backend under which every read of a tensor's value on the host (item, bool,
+    float, int, tolist, numpy, cpu) raises: on a GPU each is a synchronisation that a CUDA graph
+    capture refuses, so a step that passes here has none of them."""
+
+    def replay(self, handle):
+        names = ("item", "__bool__", "__float__", "__int__", "tolist", "numpy", "cpu")
+        saved = {n: getattr(torch.Tensor, n) for n in names}
+
+        def refuse(name):
+            def f(self, *a, **k):
+                raise AssertionError(f"Tensor.{name} inside a graphed step: a host read")
+            return f
+        try:
+            for n in names:
+                setattr(torch.Tensor, n, refuse(n))
+            return super().replay(handle)
+        finally:
+            for n, f in saved.items():
+                setattr(torch.Tensor, n, f)
+
+
+@pytest.mark.parametrize("cpp", ["on", "off"])
+@pytest.mark.parametrize("name", sorted(CELLS))
+def test_no_cell_reads_a_value_back_in_a_graphed_step(name, cpp, monkeypatch):
+    """Every cell a graphed step takes reads nothing back from the device, through the C++
+    kernels and through the PyTorch paths a GPU runs (RNNLENS_CPP=0); the one that must read
+    (the URN) says so and trains eagerly."""
+    if cpp == "off":
+        monkeypatch.setenv("RNNLENS_CPP", "0")
+    backend = HostReadsRefused()
+    monkeypatch.setattr(step_graph, "BACKEND", backend)
+    model, trainer = fit(lm_config(name), {"on_nan": "skip"}, epochs=1)
+    if not all(getattr(m, "capturable", True) for m in model.modules()):
+        assert trainer._graphs is None and backend.replays == 0
+        assert "reads values back" in step_graph.StepGraphs.reason_off(trainer)
+    else:
+        assert backend.replays >= 8
