@@ -207,24 +207,43 @@ def test_cuda_graphed_steps_with_dropout_repeat_from_a_seed_and_train_as_well(mo
 
 class HostReadsRefused(step_graph.RerunBackend):
     """A re-running backend under which every read of a tensor's value on the host (item, bool,
-    float, int, tolist, numpy, cpu) raises: on a GPU each is a synchronisation that a CUDA graph
-    capture refuses, so a step that passes here has none of them."""
+    float, int, tolist, numpy, cpu) and every op whose output's size depends on values (nonzero,
+    unique, masked_select, indexing by a boolean mask) raises: on a GPU each is a
+    synchronisation that a CUDA graph capture refuses, so a step that passes here makes none of
+    them from Python."""
+
+    METHODS = ("item", "__bool__", "__float__", "__int__", "tolist", "numpy", "cpu", "nonzero", "unique",
+               "masked_select")
+    FUNCTIONS = ("nonzero", "unique", "masked_select", "argwhere")
 
     def replay(self, handle):
-        names = ("item", "__bool__", "__float__", "__int__", "tolist", "numpy", "cpu")
-        saved = {n: getattr(torch.Tensor, n) for n in names}
+        saved_m = {n: getattr(torch.Tensor, n) for n in self.METHODS}
+        saved_f = {n: getattr(torch, n) for n in self.FUNCTIONS}
+        getitem = torch.Tensor.__getitem__
 
         def refuse(name):
-            def f(self, *a, **k):
-                raise AssertionError(f"Tensor.{name} inside a graphed step: a host read")
+            def f(*a, **k):
+                raise AssertionError(f"{name} inside a graphed step: a host read")
             return f
+
+        def checked_getitem(self, index):
+            parts = index if isinstance(index, tuple) else (index,)
+            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in parts):
+                raise AssertionError("indexing by a boolean mask inside a graphed step: a host read")
+            return getitem(self, index)
         try:
-            for n in names:
-                setattr(torch.Tensor, n, refuse(n))
+            for n in self.METHODS:
+                setattr(torch.Tensor, n, refuse(f"Tensor.{n}"))
+            for n in self.FUNCTIONS:
+                setattr(torch, n, refuse(f"torch.{n}"))
+            torch.Tensor.__getitem__ = checked_getitem
             return super().replay(handle)
         finally:
-            for n, f in saved.items():
+            for n, f in saved_m.items():
                 setattr(torch.Tensor, n, f)
+            for n, f in saved_f.items():
+                setattr(torch, n, f)
+            torch.Tensor.__getitem__ = getitem
 
 
 @pytest.mark.parametrize("cpp", ["on", "off"])
@@ -243,3 +262,14 @@ def test_no_cell_reads_a_value_back_in_a_graphed_step(name, cpp, monkeypatch):
         assert "reads values back" in step_graph.StepGraphs.reason_off(trainer)
     else:
         assert backend.replays >= 8
+
+
+def test_the_host_read_guard_refuses_what_a_capture_would():
+    guard = HostReadsRefused()
+    x = torch.arange(4.0)
+    for read in (lambda: x[x > 1], lambda: x.sum().item(), lambda: bool(x.any()), lambda: torch.nonzero(x),
+                 lambda: x.unique(), lambda: float(x[0]), lambda: x.cpu()):
+        with pytest.raises(AssertionError, match="host read"):
+            guard.replay(read)
+    assert torch.equal(guard.replay(lambda: x[1:] * 2 + x[torch.tensor([0, 1, 2])]), torch.tensor([2.0, 5.0, 8.0]))
+    assert x[x > 1].tolist() == [2.0, 3.0]           # put back after each replay
