@@ -13,7 +13,8 @@
 # Set RNNLENS_COMMIT to the commit of the tree sent there when its .git may not match it: the
 # records keep it (rnnlens.repro.records.commit).
 # SECONDS: each run's time limit (default 420); DATA_DIR: the datasets (default ../shared/data);
-# ROWS_FILE: lines "TABLE<TAB>ROW LABEL[<TAB>SEED]" (default: the list below; a SEED runs that seed
+# ROWS_FILE: lines "TABLE<TAB>ROW LABEL[<TAB>SEED]", # for a comment (benchmarks/cuda/rows-lm-full.txt
+# lists the rows still without a full-budget result; default: the list below; a SEED runs that seed
 # alone, --seed SEED, so a row's seeds can run side by side). JOBS: rows at once (default 4;
 # the rest wait for a free slot). On an H100, sixteen PTB rows at once kept the GPU busy and ran
 # only about 2.5x faster in all than one at a time, four at once about 2x
