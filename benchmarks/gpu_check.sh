@@ -10,7 +10,7 @@
 #      models on the GPU, one epoch on 200,000 training tokens and the dev pass, each config
 #      alone, then four and eight of the 128-unit ones at once (one process each), in
 #      $OUT/lm-pace.txt: what a row's full budget costs there, and how many rows to run at once;
-#      each of four configs also with its whole step as one CUDA graph and without
+#      five configs also with the whole step as one CUDA graph and without
 #      (RNNLENS_STEP_GRAPHS=0); PACE_MANY=0 leaves out the runs of four and eight at once;
 #   4. the CUDA tests: every cell on the GPU against the CPU (values and gradients, CUDA graphs
 #      on), the graphed scans against their eager loops, the Triton scans and the rational
@@ -79,7 +79,7 @@ if [ -n "${DATA:-}" ] && [ "$(left)" -gt 180 ]; then
   }
   for c in ptb-gru ptb-gru-variant ptb-lstm-variant; do pace "$c" alone; done
   # the whole training step as one CUDA graph (rnnlens/train/step_graph.py) against eager steps
-  for c in ptb-gru ptb-gru-variant ptb-lstm-variant ptb-mvma-g; do
+  for c in ptb-gru ptb-gru-variant ptb-lstm-variant ptb-mvma-g ptb-rrnn-b-gated-2layer; do
     RNNLENS_STEP_GRAPHS=0 pace "$c" eager-steps; pace "$c" graphed-steps
     grep -h "could not be captured" "$pw/$c-graphed-steps.log" | head -2 >> "$OUT/lm-pace.txt"
   done
