@@ -117,8 +117,7 @@ class StepGraphs:
             return "not a language model over a stream"
         if getattr(model.head, "adaptive", None) is not None:
             return "an adaptive softmax (its clusters are picked on the host)"
-        cells = [m for m in model.modules() if hasattr(m, "capturable") and hasattr(m, "additive")]
-        if any(not c.capturable for c in cells):
+        if not all(getattr(m, "capturable", True) for m in model.modules()):
             return "a cell that reads values back from the device (the URN's distinct words)"
         if not all(g.get("fused") for g in trainer.optimizer.param_groups) or \
                 not isinstance(trainer.optimizer, (torch.optim.Adam, torch.optim.SGD)):
@@ -214,8 +213,6 @@ class StepGraphs:
             model._carry = before
             if kind == "train":
                 opt.zero_grad(set_to_none=True)
-            if getattr(opt, "found_inf", None) is not None:
-                del opt.found_inf
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             return None

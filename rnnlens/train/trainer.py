@@ -353,8 +353,8 @@ class Trainer:
                 fault = None                  # where there is one, the update was skipped on the device
                 if not math.isfinite(value):
                     fault = f"loss became {value}"
-                elif check_grad and not math.isfinite(norm.item()):
-                    fault = f"gradient norm became {norm.item()}"
+                elif check_grad and not math.isfinite(norm := norm.item()):
+                    fault = f"gradient norm became {norm}"
             else:
                 self.optimizer.zero_grad(set_to_none=True)
                 with self._autocast():            # the backward below runs outside it
