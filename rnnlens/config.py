@@ -526,8 +526,9 @@ def parse_flag(text: str, hint, where: str):
     if optional and t.lower() in ("none", "null"):
         return None
     try:
-        if getattr(base, "__origin__", None) is list:
-            return [parse_flag(v, base.__args__[0], where) for v in t.replace(" ", "").split(",") if v]
+        if getattr(base, "__origin__", None) is list:      # "2000,10000", or as JSON writes it: "[2000, 10000]"
+            items = t[1:-1] if t[:1] == "[" and t[-1:] == "]" else t
+            return [parse_flag(v, base.__args__[0], where) for v in items.replace(" ", "").split(",") if v]
         if base is bool:
             return {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}[t.lower()]
         if base in (int, float):
@@ -536,7 +537,10 @@ def parse_flag(text: str, hint, where: str):
             return text
     except (KeyError, ValueError, RnnlensError):
         pass
-    raise RnnlensError(f"{where} must be {_kind(base)}{' or none' if optional else ''}, got {text!r}")
+    kind = _kind(base)
+    if getattr(base, "__origin__", None) is list:
+        kind = f"{kind.replace('a list', 'a comma-separated list', 1)} (e.g. 2000,10000)"
+    raise RnnlensError(f"{where} must be {kind}{' or none' if optional else ''}, got {text!r}")
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:

@@ -163,13 +163,11 @@ class Predictor:
         """A formal-language model (Dyck, cross-serial) reads the start symbol, then the string:
         after each prefix (the empty one first) the symbol it predicts next and its distribution
         over the symbols; `next[i]` follows the first i symbols, as in training."""
-        from ..data.formal import START
-
         recs: list[dict] = [{"tokens": [], "error": "no tokens"} for _ in tokens]
         keep = [i for i, t in enumerate(tokens) if t]
         if not keep:
             return recs
-        batch = collate([Example([START] + tokens[i]) for i in keep], self.run.vocab)
+        batch = collate([Example(self.run.reads(tokens[i])) for i in keep], self.run.vocab)
         batch = batch.to(next(self.run.model.parameters()).device)
         probs = torch.softmax(self.run.model(batch).double(), -1).cpu()     # [B,T,C]
         symbols = self.run.labels

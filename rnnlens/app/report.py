@@ -288,7 +288,7 @@ def build_report(model_dir, out_dir, data_dir=None, sentences=None, n_samples: i
         html, result["training_curves"] = curves(rows, c.model, c.fig_dir)
         sections.append(html)
         say("training curves")
-        items = _sample_items(c, texts, run.tokenize, n_samples) if c.recurrent else []
+        items = _sample_items(c, texts, lambda s: run.reads(run.tokenize(s)), n_samples) if c.recurrent else []
         html, result["samples"] = _samples_step(c, items, bool(texts), n_samples)
         sections.append(html)
         html, result["tsne"] = _tsne_step(c)

@@ -52,16 +52,28 @@ class Run:
         """A raw text's tokens as the model's training data was read: the run's tokenizer; for
         a relation classifier the SemEval entity markers <e1> </e1> <e2> </e2> kept whole; for
         a formal-language model (dyck, crossserial) the string's single-character symbols
-        ("aabbccdd" or "a a b b c c d d": data.formal.symbol_tokens)."""
+        ("aabbccdd" or "a a b b c c d d": data.formal.symbol_tokens), a leading start symbol
+        dropped (`reads` puts it back)."""
         if self.task in ("dyck", "crossserial"):
-            from ..data.formal import symbol_tokens
+            from ..data.formal import START, symbol_tokens
 
-            return symbol_tokens(text, self.vocab)
+            tokens = symbol_tokens(text, self.vocab)
+            return tokens[1:] if tokens[:1] == [START] else tokens
         if self.task == "relation":
             from ..data.semeval_conll import semeval_tokens
 
             return semeval_tokens(text, self.tokenizer)
         return self.tokenizer(text)
+
+    def reads(self, tokens: list[str]) -> list[str]:
+        """`tokens` (from `tokenize`) as the model reads them: a formal-language model's start
+        symbol first, as training and `rnnlens predict` put it before every string (its output
+        after "<s>" is its prediction for the string's first symbol); other models' unchanged."""
+        if self.task in ("dyck", "crossserial"):
+            from ..data.formal import START
+
+            return [START] + tokens
+        return tokens
 
     def require_task(self, *tasks: str, what: str) -> None:
         """RnnlensError unless the run's task is one of `tasks`; `what` names the command."""

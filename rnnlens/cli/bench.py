@@ -20,7 +20,7 @@ def cmd_bench(args) -> int:
             raise RnnlensError(f"{', '.join(suite_only)}: {'options' if len(suite_only) > 1 else 'an option'} "
                                "of --all (the whole suite)")
     if args.all:
-        check_device(device)                         # before the suite replaces its report
+        check_device(device, "--device")             # before the suite replaces its report
         if args.out:
             check_new_file(args.out, force=True)
             _check_replaces_a_report(args.out, args.force)

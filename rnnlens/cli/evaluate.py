@@ -26,7 +26,7 @@ def cmd_eval(args) -> int:
     if args.test_file and args.split is not None:
         raise RnnlensError("give --split (a split of the model's dataset) or --test-file, not both")
     args.split = "test" if args.split is None else args.split
-    check_device(args.device)
+    check_device(args.device, "--device")
     run = _load_run(args, device=args.device)
     run.config.train.device = args.device
     if png is not None and run.task not in REPORTED_TASKS:

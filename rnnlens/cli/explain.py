@@ -55,10 +55,10 @@ def cmd_explain(args) -> int:
         if args.view == "exact":
             raise RnnlensError("--view exact explains sentences (up to "
                                f"{SENTENCE_TOKENS} tokens); a document's streamed n-grams use the first-order view")
-        return _explain_document(args, model, vocab, tokens, labels)
+        return _explain_document(args, model, vocab, run.reads(tokens), labels)
     from ..analysis.sentence import explain_text
 
-    ex = explain_text(model, vocab, tokens, target=args.target, view=args.view)
+    ex = explain_text(model, vocab, run.reads(tokens), target=args.target, view=args.view)
     warn_unknown(ex.unknown, tokens)
     top = args.top or None
     pngs = _explain_png(ex, png, args.force, [args.model]) if png is not None else []

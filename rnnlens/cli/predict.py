@@ -20,8 +20,6 @@ def cmd_predict(args) -> int:
         raise RnnlensError("give either FILE or --text, not both")
     if args.file is None and not texts:
         raise RnnlensError("give FILE with the texts (one a line; '-': standard input) or --text TEXT")
-    if any(not t.strip() for t in texts):
-        raise RnnlensError("--text is empty")
     out = Path(args.out) if args.out is not None else None
     if out is not None:                                          # refuse before any work
         check_new_file(out, args.force, [args.model, args.file])

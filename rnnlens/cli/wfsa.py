@@ -36,6 +36,7 @@ def cmd_wfsa(args) -> int:
     tokens = run.tokenize(args.text)
     if not tokens:
         raise RnnlensError("the text is empty: nothing to score")
+    tokens = run.reads(tokens)
     ids = vocab.encode(tokens)
     warn_unknown([t for t, i in zip(tokens, ids) if i == vocab.unk_id and t != "<unk>"], tokens)
     rest = (["its backward direction"] if cfg.model.bidirectional else []) + \

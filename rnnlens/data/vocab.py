@@ -25,8 +25,9 @@ class Vocab:
         for tok in tokens:
             if tok not in (PAD, UNK):
                 self.itos.append(tok)
-        self.stoi = {t: i for i, t in enumerate(self.itos)}
-        if len(self.stoi) != len(self.itos):
+        # <pad> is no word: it has id 0 for padding, but a literal "<pad>" in a text reads as <unk>
+        self.stoi = {t: i for i, t in enumerate(self.itos) if i != self.pad_id}
+        if len(self.stoi) != len(self.itos) - 1:
             raise RnnlensError("vocabulary has duplicate tokens")
 
     pad_id = 0

@@ -2,6 +2,8 @@
 optional tied output embedding and an adaptive softmax for large vocabularies."""
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -34,7 +36,9 @@ class LMHead(Head):
         self.proj = None
         cut = [c for c in (cutoffs or []) if c < vocab_size - 1]
         if cut:             # (cutoffs above a small vocabulary leave nothing: a full softmax)
-            self.adaptive = nn.AdaptiveLogSoftmaxWithLoss(input_size, vocab_size, cut, div_value=4.0)
+            with warnings.catch_warnings():    # a tail of 0 units (see `empty_tails`): torch warns on every build
+                warnings.filterwarnings("ignore", "Initializing zero-element tensors")
+                self.adaptive = nn.AdaptiveLogSoftmaxWithLoss(input_size, vocab_size, cut, div_value=4.0)
             return
         dim = embedding.embedding_dim if tie else input_size
         if tie and dim != input_size:
@@ -44,6 +48,14 @@ class LMHead(Head):
             # torch's N(0, 1) embedding init would start a tied softmax far from uniform
             nn.init.uniform_(embedding.weight, -0.1, 0.1)
             self.out.weight = embedding.weight
+
+    def empty_tails(self) -> list[int]:
+        """The adaptive softmax's tail clusters (1-based) that got no units: torch gives tail i
+        input_size // 4**i, so an output narrower than 4**i leaves it none, and the words of
+        such a cluster can only share its probability evenly."""
+        if self.adaptive is None:
+            return []
+        return [i for i, t in enumerate(self.adaptive.tail, 1) if t[0].out_features == 0]
 
     def forward(self, states: torch.Tensor, batch) -> torch.Tensor:
         h = self.dropout(states)

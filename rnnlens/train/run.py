@@ -274,6 +274,12 @@ def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, d
         if unused:
             raise RnnlensError(unused)
     model = build_model(cfg, vocab, data.task, data.labels)
+    empty = getattr(model.head, "empty_tails", lambda: [])()
+    if empty and progress:
+        print(f"note: model.adaptive_softmax: tail cluster{'s' if len(empty) > 1 else ''} "
+              f"{', '.join(map(str, empty))} of {len(model.head.adaptive.tail)} get{'' if len(empty) > 1 else 's'} no units from an output of "
+              f"{model.head.adaptive.in_features} (tail i gets a 4**i-th of it): their words share its probability "
+              f"evenly; use fewer cutoffs or at least {4 ** len(model.head.adaptive.tail)} units")
     if cfg.train.init_from:
         load_weights(model, cfg.train.init_from, vocab, data.task, data.labels)
         if progress:

@@ -221,6 +221,15 @@ def test_a_language_model_gives_log_probs_and_perplexity(lm, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["ppl"] > 1
 
 
+def test_an_empty_text_gets_its_record_as_in_a_file(classifier, capsys):
+    """`--text ""` is a text with no tokens: its record says so and the others keep theirs,
+    as `{"text": ""}` in a .jsonl does."""
+    capsys.readouterr()
+    assert main(["predict", "--model", str(classifier), "--text", "good fun", "--text", " "]) == 0
+    a, b = _records(capsys)
+    assert "label" in a and b == {"line": 2, "text": " ", "tokens": [], "error": "no tokens"}
+
+
 @pytest.mark.parametrize("argv, msg", [
     (["predict", "--model", "nope", "x.txt"], "does not exist"),
     (["predict", "--model", "{m}", "no-such-file.txt"], "cannot read no-such-file.txt"),
@@ -230,7 +239,6 @@ def test_a_language_model_gives_log_probs_and_perplexity(lm, tmp_path, capsys):
     (["predict", "--model", "{m}", "{empty}", "--out", "{out}"], "has no texts to predict"),
     (["predict", "--model", "{m}"], "give FILE with the texts"),
     (["predict", "--model", "{m}", "{empty}", "--text", "good fun"], "not both"),
-    (["predict", "--model", "{m}", "--text", " ", "--out", "{out}"], "--text is empty"),
     (["explain", "--model", "{m}", "good fun", "--text", "bad plot"], "give the text once"),
 ])
 def test_bad_input_is_one_line(classifier, tmp_path, capsys, argv, msg):
@@ -361,6 +369,20 @@ def test_a_formal_language_model_predicts_the_next_symbol_after_each_prefix(task
     symbols = json.loads((out / "config.json").read_text())["labels"]
     for nxt, dist in zip(rec["next"], rec["probabilities"]):
         assert list(dist) == symbols and math.isclose(sum(dist.values()), 1.0) and nxt == max(dist, key=dist.get)
+
+    # the start symbol typed or not, predict, explain and report read "<s>" first, as training did
+    assert main(["predict", "--model", str(out), "--text", "<s> " + text]) == 0
+    assert _records(capsys)[0]["next"] == rec["next"]
+    for typed in (text, "<s> " + text):
+        assert main(["explain", "--model", str(out), typed, "--json"]) == 0
+        ex = json.loads(capsys.readouterr().out)
+        assert ex["tokens"] == ["<s>"] + text.split()
+        assert [o["target"] for o in ex["outputs"]] == rec["next"]
+        rep = tmp_path / f"rep{len(typed)}"
+        assert main(["report", "--model", str(out), "--out", str(rep), "--text", typed, "--samples", "0"]) == 0
+        capsys.readouterr()
+        sample = json.loads((rep / "report.json").read_text())["samples"][0]
+        assert sample["tokens"] == ex["tokens"] and sample["prediction"] == ex["prediction"]
 
 
 def test_eval_reports_a_relation_classifier_per_relation(relation, tmp_path, capsys):

@@ -78,7 +78,7 @@ BAD_FLAGS = [
     (["predict", "--model", M, "x.txt", "--threads", "9" * 20], "--threads must be in [1, 4096]"),
     (["bench", "--cell", "bogus"], "unknown cell 'bogus'"),
     (["bench", "--cell", "mm", "--hidden", "8", "--steps", "1"], "mm needs hidden_size = d*d"),
-    (["bench", "--all", "--device", "bogus"], "train.device"),
+    (["bench", "--all", "--device", "bogus"], "--device bogus"),
 ]
 
 

@@ -27,6 +27,7 @@ def test_vocab_specials_min_count_max_size_and_json(tmp_path):
     assert Vocab.build(toks, min_count=2).itos[2:] == ["a", "b"]
     assert Vocab.build(toks, max_size=4).itos == ["<pad>", "<unk>", "a", "b"]
     assert v.encode(["a", "zzz"]) == [2, 1]
+    assert v.encode(["<pad>", "<unk>"]) == [1, 1] and "<pad>" not in v and "<unk>" in v   # <pad> is no word
     v.save(tmp_path / "v.json")
     assert Vocab.load(tmp_path / "v.json").itos == v.itos
     (tmp_path / "bad.json").write_text(json.dumps({"itos": ["x"]}))

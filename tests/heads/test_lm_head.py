@@ -48,3 +48,27 @@ def test_nll_and_gradients_match_the_reference(form, pads, dtype):
         assert torch.allclose(a, b, rtol=tol, atol=tol)
     # the loss is the mean over the real tokens, the same either way
     assert torch.allclose(head.loss(head(states, batch), batch), want / mask.sum(), rtol=tol, atol=tol)
+
+
+def test_an_adaptive_softmax_tail_with_no_units_is_named_and_builds_without_torch_warnings():
+    """torch gives tail cluster i input_size // 4**i units: with two cutoffs an 8-unit output
+    leaves the second tail none (its words share its probability evenly). The head builds
+    without torch's zero-element warning, and says which tails are empty."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert LMHead(8, 1000, cutoffs=[100, 500]).empty_tails() == [2]
+        head = LMHead(16, 1000, cutoffs=[100, 500])
+    assert [t[0].out_features for t in head.adaptive.tail] == [4, 1] and head.empty_tails() == []
+    assert LMHead(8, 1000).empty_tails() == []
+
+
+def test_a_list_flag_reads_commas_or_json_brackets():
+    from rnnlens.config import parse_flag
+    from rnnlens.errors import RnnlensError
+
+    hint = list[int] | None
+    assert parse_flag("2000,10000", hint, "x") == parse_flag("[2000, 10000]", hint, "x") == [2000, 10000]
+    with pytest.raises(RnnlensError, match=r"x must be a comma-separated list of integers \(e.g. 2000,10000\)"):
+        parse_flag("10,x", hint, "x")
