@@ -25,10 +25,11 @@ class Vocab:
         for tok in tokens:
             if tok not in (PAD, UNK):
                 self.itos.append(tok)
-        # <pad> is no word: it has id 0 for padding, but a literal "<pad>" in a text reads as <unk>
-        self.stoi = {t: i for i, t in enumerate(self.itos) if i != self.pad_id}
-        if len(self.stoi) != len(self.itos) - 1:
+        self.stoi = {t: i for i, t in enumerate(self.itos)}      # every id's name, <pad> included
+        if len(self.stoi) != len(self.itos):
             raise RnnlensError("vocabulary has duplicate tokens")
+        # what a text's tokens read as: <pad> is no word (id 0 pads), so a literal "<pad>" is <unk>
+        self._words = {t: i for t, i in self.stoi.items() if i != self.pad_id}
 
     pad_id = 0
     unk_id = 1
@@ -50,10 +51,11 @@ class Vocab:
         return len(self.itos)
 
     def __contains__(self, tok: str) -> bool:
-        return tok in self.stoi
+        """Whether a text's `tok` is a word of the vocabulary (not "<pad>", which reads as <unk>)."""
+        return tok in self._words
 
     def encode(self, tokens: list[str]) -> list[int]:
-        return [self.stoi.get(t, self.unk_id) for t in tokens]
+        return [self._words.get(t, self.unk_id) for t in tokens]
 
     def decode(self, ids: Iterable[int]) -> list[str]:
         return [self.itos[i] for i in ids]

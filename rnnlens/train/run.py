@@ -152,8 +152,8 @@ def unk_rate(examples: list[Example], vocab: Vocab) -> float:
     """The fraction of the examples' tokens that `vocab` maps to <unk> (a literal <unk> in
     the text included, as in PTB)."""
     total = sum(len(ex.tokens) for ex in examples)
-    known, unk = vocab.stoi, vocab.unk_id
-    unknown = sum(known.get(tok, unk) == unk for ex in examples for tok in ex.tokens)
+    unk = vocab.unk_id
+    unknown = sum(i == unk for ex in examples for i in vocab.encode(ex.tokens))
     return unknown / max(total, 1)
 
 
