@@ -190,8 +190,12 @@ def _run(args, tables, selected, out: Path, results: Path | None, data_dir: Path
             write_atomic(out / f"{t.id}.md", md)
             if results is not None:
                 with tables_locked(results):        # another repro on these records waits its turn
-                    _record_table(results, t, results_rows(results, t, json.loads(to_json(t, results_, ctx)),
-                                                           selected), ctx)
+                    from .records import read_tables
+
+                    before = (read_tables(results).get(t.id) or {}).get("rows")
+                    rows = results_rows(results, t, json.loads(to_json(t, results_, ctx)), selected)
+                    if rows != before:               # nothing of this run's: the record (and its command) stand
+                        _record_table(results, t, rows, ctx)
             print(md)
     print(f"wrote {out}" + (f" (records under {results})" if results is not None else ""))
     return 0
@@ -204,12 +208,16 @@ def results_rows(results: Path, table, new: dict, selected: set[str] | None = No
     even one it re-read from DIR/runs with other --seeds), and takes this run's otherwise. An
     earlier row without runs (no config, missing data) is not kept: this run re-derived every
     such row that still stands, so one it left out no longer applies (its config has been
-    written since, say, and the row simply has not been run)."""
+    written since, say, and the row simply has not been run). A row this run found no data
+    for keeps the earlier record's runs: data missing here (no --data-dir, another machine)
+    says nothing about the recorded result."""
     from .records import read_tables
 
     old = {r["label"]: r for r in (read_tables(results).get(table.id) or {}).get("rows") or [] if r.get("runs")}
     mine = {r["label"]: r for r in new["rows"]}
     def row(label):
+        if (mine.get(label) or {}).get("status") == "missing data" and label in old:
+            return old[label]
         named = selected is None or label in selected
         return (mine.get(label) or old.get(label)) if named else (old.get(label) or mine.get(label))
 

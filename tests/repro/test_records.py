@@ -352,6 +352,39 @@ def test_a_rows_rerun_changes_only_the_rows_it_names(tmp_path):
     assert {r["label"]: r for r in results_rows(tmp_path, t, new)}["A"]["values"] == [84.0]   # every row named
 
 
+def test_a_row_whose_data_is_not_found_keeps_its_recorded_runs(tmp_path):
+    """Data missing here (no --data-dir, another machine) says nothing about a recorded
+    result: that row keeps the earlier record's runs, named or not; a row with no record
+    takes this run's 'missing data'."""
+    from rnnlens.repro.command import results_rows
+    from rnnlens.repro.records import write_table
+
+    t = Table("t", "implicit-ngrams-induced-by-recurrence", "Table 3", "title", "train", "",
+              {"key": "test_accuracy"}, {"abs": 1.5}, [Row("A", 85.0), Row("B", 85.0)])
+    a = _row("A", [84.0], runs=["r1"])
+    write_table(tmp_path, "t", _record([a]))
+    missing = {"rows": [dict(_row(lab, []), status="missing data", runs=[]) for lab in ("A", "B")]}
+    for selected in (None, {"A"}):
+        rows = results_rows(tmp_path, t, missing, selected)
+        assert rows[0] == a and rows[1]["status"] == "missing data"
+
+
+def test_repro_without_its_data_leaves_the_table_record_as_it_was(tmp_path, capsys):
+    """`rnnlens repro TABLE` with no --data-dir finds none of its data: the table's record
+    (the committed one), rows and command, is left as it was, byte for byte."""
+    import shutil
+
+    from rnnlens.cli import main
+
+    results = tmp_path / "results"
+    (results / "tables").mkdir(parents=True)
+    shutil.copy(REPO / "results" / "tables" / "ngrams-table3.json", results / "tables")
+    before = (results / "tables" / "ngrams-table3.json").read_bytes()
+    assert main(["repro", "ngrams-table3", "--out", str(tmp_path / "rp"), "--results", str(results)]) == 0
+    assert "missing data" in capsys.readouterr().out
+    assert (results / "tables" / "ngrams-table3.json").read_bytes() == before
+
+
 def test_a_malformed_causes_file_is_one_clear_error(tmp_path):
     from rnnlens.errors import RnnlensError
     from rnnlens.repro.records import read_causes
