@@ -27,6 +27,27 @@ def cmd_train(args) -> int:
         return _train(args, out, dist)
 
 
+# The paths a run reads: on --resume they may be given anew (the data moved, another working
+# folder) and are not settings that change what is computed; the data itself is checked by
+# content (train.run.data_contents), and the vectors and init weights only start a run.
+PATHS = {"data": ("data_dir", "train_file", "dev_file", "test_file"), "model": ("embeddings_file",),
+         "train": ("init_from",)}
+
+
+def _paths_from(d: dict, started_in: str | None) -> None:
+    """In the config dict `d` of a resumed run, each relative path that is not there from here
+    but is from the folder the run started in, made absolute: resuming from another folder
+    reads the data the run was started on (as `eval` and `predict` find a run's data)."""
+    if not started_in:
+        return
+    for section, keys in PATHS.items():
+        for key in keys:
+            value = d[section].get(key)
+            if isinstance(value, str) and value and not Path(value).is_absolute() and not Path(value).exists() \
+                    and (Path(started_in) / value).exists():
+                d[section][key] = str(Path(started_in) / value)
+
+
 def _train(args, out, dist) -> int:
     import shlex
 
@@ -34,6 +55,7 @@ def _train(args, out, dist) -> int:
     from ..outfiles import check_not_an_input
     from ..train import distributed
     from ..train.resume import (
+        MAY_CHANGE,
         Checkpoints,
         config_differences,
         partial_dir,
@@ -56,6 +78,8 @@ def _train(args, out, dist) -> int:
     if given == "polarity" and d["data"]["task"] in OWN_CORPUS_TASKS:    # from_dict would replace it
         raise RnnlensError(f"--task {d['data']['task']} generates its own data; --corpus polarity would not be read "
                            f"(leave --corpus out, or give --corpus {d['data']['task']})")
+    if saved:
+        _paths_from(d, saved.state.get("started_in"))
     cfg = Config.from_dict(d)
     data, train = cfg.data, cfg.train
     m = cfg.model
@@ -70,7 +94,8 @@ def _train(args, out, dist) -> int:
     check_not_an_input(out, [args.config, data.data_dir, data.train_file, data.dev_file, data.test_file,
                              cfg.model.embeddings_file, train.init_from])
     if saved:
-        diff = config_differences(Config.from_dict(saved.state["config"]).to_dict(), cfg.to_dict())
+        diff = config_differences(Config.from_dict(saved.state["config"]).to_dict(), cfg.to_dict(),
+                                  {"train": MAY_CHANGE + PATHS["train"], "data": PATHS["data"], "model": PATHS["model"]})
         if diff:
             raise RnnlensError(f"--resume {out}: the config differs from the interrupted run's in "
                                f"{'; '.join(diff)}; resume with the same settings, or start again with --force")

@@ -91,12 +91,16 @@ class Checkpoints:
         self.hint = hint
         self.last_step: int | None = resume.step if resume else None
         self.data_id: str | None = None
+        self.contents_id: str | None = None     # train.run.data_contents (checkpoints before it lack it)
+        # the folder the run started in: its relative data paths are read from there on resume
+        self.started_in = (resume.state.get("started_in") if resume else None) or str(Path.cwd())
 
     def save(self, state: dict, tensors: dict[str, torch.Tensor]) -> Path:
         """Write one checkpoint atomically, then drop those it supersedes."""
         from safetensors.torch import save
 
-        state = {"format": FORMAT, "version": VERSION, "config": self.config, "data": self.data_id, **state}
+        state = {"format": FORMAT, "version": VERSION, "config": self.config, "data": self.data_id,
+                 "contents": self.contents_id, "started_in": self.started_in, **state}
         meta = json.dumps(state, separators=(",", ":"))
         data = save({k: v.detach().cpu().contiguous() for k, v in tensors.items()},
                     metadata={"format": FORMAT, "state": meta})

@@ -225,6 +225,21 @@ def data_fingerprint(vocab: Vocab, train: list[Example]) -> str:
     return h.hexdigest()[:16]
 
 
+def data_contents(vocab: Vocab, splits: dict[str, list[Example]]) -> str:
+    """A hash of the vocabulary and of every training and dev example, its tokens and its
+    target in order, to check that a resumed run reads the data it was interrupted on (a
+    label changed, lines reordered or another dev set would each change it)."""
+    import hashlib
+
+    h = hashlib.sha256("\n".join(vocab.itos).encode("utf-8"))
+    for name in ("train", "dev"):
+        h.update(f"\x1d{name}".encode())
+        for ex in splits.get(name) or []:
+            h.update("\x1f".join(ex.tokens).encode("utf-8", "surrogatepass"))
+            h.update(f"\x1e{ex.label!r}\x1e".encode("utf-8", "surrogatepass"))
+    return h.hexdigest()[:16]
+
+
 def check_device(device: str, what: str = "train.device") -> None:
     """`device` is one torch has here; errors name it as `what` (the setting or the option)."""
     try:
@@ -288,9 +303,12 @@ def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, d
     dev = batches(cfg, data.task, data.splits["dev"], vocab, train=False) if "dev" in data.splits else None
     if checkpoints is not None:
         checkpoints.data_id = data_fingerprint(vocab, data.splits["train"])
-        if checkpoints.resume is not None and checkpoints.resume.state.get("data") != checkpoints.data_id:
+        checkpoints.contents_id = data_contents(vocab, data.splits)
+        saved = checkpoints.resume.state if checkpoints.resume is not None else None
+        if saved is not None and (saved.get("data") != checkpoints.data_id or
+                                  saved.get("contents", checkpoints.contents_id) != checkpoints.contents_id):
             raise RnnlensError(f"the training data differ from those of the interrupted run in {out} "
-                               "(vocabulary or size); start again with --force")
+                               "(the vocabulary, or the training or dev examples); start again with --force")
     trainer = Trainer(model, cfg.train, metrics_path=out / "metrics.jsonl", progress=progress,
                       checkpoints=checkpoints, dist=dist)
     history = trainer.fit(train, dev)

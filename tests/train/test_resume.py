@@ -283,10 +283,50 @@ def test_resume_refuses_changed_training_data(tmp_path, capsys, monkeypatch):
     argv = ["--corpus", "tsv", "--train-file", str(train), "--batch-size", "8", "--checkpoint-every", "1"]
     code, _, err = run_main(capsys, "train", "--out", str(out), *SHORT, *argv)
     assert code == 2 and "last good checkpoint (step 2)" in err
-    train.write_text("\n".join(rows + ["pos\ta new line"]) + "\n")
+    for changed in (rows + ["pos\ta new line"],      # another size
+                    rows[:4] + ["pos" + rows[4][3:]] + rows[5:],  # one label flipped: same words and size
+                    rows[1:] + rows[:1]):                # the same lines in another order
+        train.write_text("\n".join(changed) + "\n")
+        code, _, err = run_main(capsys, "train", "--resume", str(out))
+        assert code == 2 and "the training data differ" in err and len(err.strip().splitlines()) == 1
+        assert partial_dir(out).is_dir()
+    train.write_text("\n".join(rows) + "\n")             # as it was: the run goes on
+    monkeypatch.undo()
     code, _, err = run_main(capsys, "train", "--resume", str(out))
-    assert code == 2 and "the training data differ" in err and len(err.strip().splitlines()) == 1
-    assert partial_dir(out).is_dir()
+    assert code == 0, err
+
+
+def test_a_run_resumes_from_another_folder_and_with_its_data_moved(tmp_path, capsys, monkeypatch):
+    """A relative data path is read from the folder the run started in, and on --resume the
+    data may be given anew (moved, or named another way): paths are not settings; the data's
+    content is what is checked."""
+    rows = [f"{'pos' if i % 2 else 'neg'}\t{'good' if i % 2 else 'bad'} film number {i}" for i in range(40)]
+    start = tmp_path / "start"
+    (start / "data").mkdir(parents=True)
+    (start / "data" / "train.tsv").write_text("\n".join(rows) + "\n")
+    monkeypatch.chdir(start)
+    nan_at(monkeypatch, {3})
+    out = tmp_path / "run"
+    argv = ["--corpus", "tsv", "--train-file", "data/train.tsv", "--batch-size", "8", "--checkpoint-every", "1"]
+    code, _, err = run_main(capsys, "train", "--out", str(out), *SHORT, *argv)
+    assert code == 2 and "last good checkpoint (step 2)" in err
+    monkeypatch.undo()                                   # no NaN from here on, and back where the tests run
+    monkeypatch.chdir(tmp_path)
+    moved = tmp_path / "elsewhere.tsv"
+    shutil.copy(start / "data" / "train.tsv", moved)
+    code, _, err = run_main(capsys, "train", "--resume", str(out), "--train-file", str(moved))
+    assert code == 0, err
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["config"]["data"]["train_file"] == str(moved)
+    shutil.rmtree(out)
+    monkeypatch.chdir(start)
+    nan_at(monkeypatch, {3})
+    code, _, err = run_main(capsys, "train", "--out", str(out), *SHORT, *argv)
+    assert code == 2
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)                          # the data where the run started, found from here
+    code, _, err = run_main(capsys, "train", "--resume", str(out))
+    assert code == 0, err
 
 
 def test_a_setting_saved_before_it_existed_reads_as_its_default():
