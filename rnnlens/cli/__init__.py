@@ -162,6 +162,16 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def _has_checkpoint(out) -> bool:
+    """Whether the interrupted `train --out/--resume OUT` left a checkpoint to continue from."""
+    try:
+        from ..train.resume import _listing, partial_dir
+
+        return bool(_listing(partial_dir(out) / "checkpoints"))
+    except (OSError, RnnlensError):
+        return False
+
+
 def _bad_path(e: OSError) -> bool:
     """Print the one-line error of a path the user named that the system cannot take (too long,
     a loop of links); True when e is such an error."""
@@ -203,7 +213,7 @@ def _main(argv: list[str] | None) -> int:
         except KeyboardInterrupt as e:
             out = getattr(args, "resume", None) or getattr(args, "out", None)
             hint = (f"; continue from the last checkpoint with: rnnlens train --resume {out}"
-                    if args.command == "train" and out else "")
+                    if args.command == "train" and out and _has_checkpoint(out) else "")
             if args.command == "repro" and not getattr(args, "render", False) and getattr(args, "tables", None):
                 hint = "; the same repro command continues each unfinished run from its last checkpoint"
             what = "stopped (SIGTERM)" if isinstance(e, _Terminated) else "interrupted"

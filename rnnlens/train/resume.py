@@ -326,8 +326,11 @@ def find_resume(out: str | Path) -> Saved:
     out = Path(out)
     part = partial_dir(out)
     if not part.is_dir():
-        if out.is_dir():
+        if out.is_dir() and (out / "config.json").is_file():
             raise RnnlensError(f"nothing to resume: {out} is a finished run (no {part.name}/ beside it)")
+        if out.is_dir():
+            raise RnnlensError(f"nothing to resume: {out} is not a run's folder (no config.json) and there is no "
+                               f"{part.name}/ beside it")
         raise RnnlensError(f"nothing to resume: neither {out} nor {part} exists")
     saved = Checkpoints.latest(part)
     if saved is None:

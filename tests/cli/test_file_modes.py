@@ -48,8 +48,18 @@ def test_an_interrupted_train_says_how_to_resume(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(T, "_train", interrupt)
     out = tmp_path / "m"
     assert main(["train", "--out", str(out), *TINY]) == 130
+    assert capsys.readouterr().err.strip() == "rnnlens: interrupted"       # before any checkpoint: no hint
+    _a_checkpoint(out)
+    assert main(["train", "--out", str(out), *TINY]) == 130
     err = capsys.readouterr().err.strip()
     assert err == f"rnnlens: interrupted; continue from the last checkpoint with: rnnlens train --resume {out}"
+
+
+def _a_checkpoint(out):
+    from rnnlens.train.resume import partial_dir
+
+    (partial_dir(out) / "checkpoints").mkdir(parents=True)
+    (partial_dir(out) / "checkpoints" / "step-000000001-0123456789abcdef.safetensors").write_bytes(b"x")
 
 
 def test_sigterm_stops_train_as_an_interrupt_does(tmp_path, capsys, monkeypatch):
@@ -66,6 +76,7 @@ def test_sigterm_stops_train_as_an_interrupt_does(tmp_path, capsys, monkeypatch)
     monkeypatch.setattr(T, "_train", terminated)
     before = signal.getsignal(signal.SIGTERM)
     out = tmp_path / "m"
+    _a_checkpoint(out)
     assert main(["train", "--out", str(out), *TINY]) == 143
     err = capsys.readouterr().err.strip()
     assert err == f"rnnlens: stopped (SIGTERM); continue from the last checkpoint with: rnnlens train --resume {out}"

@@ -132,6 +132,8 @@ def test_resume_errors_are_one_line(killed, reference, tmp_path, capsys):
     empty = tmp_path / "empty"
     partial_dir(empty).mkdir()
     cases.append((["--resume", str(empty)], "holds no checkpoint"))
+    (tmp_path / "no-run").mkdir()
+    cases.append((["--resume", str(tmp_path / "no-run")], "no-run is not a run's folder (no config.json)"))
     for argv, message in cases:
         code, _, err = run_main(capsys, "train", *argv)
         print(err)
