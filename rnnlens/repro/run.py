@@ -375,7 +375,7 @@ def _from_record(ctx: Context, cfg, name: str, need: str | None = None) -> Run |
     if changed:
         ctx.log(f"the record of {name} has other settings ({'; '.join(changed[:3])}): not reused")
         return None
-    ctx.log(f"reusing the record of {name} (results/{records.RUNS}/{name})")
+    ctx.log(f"reusing the record of {name} ({folder})")
     return Run(rec["test"], cfg, folder, recorded_seconds(rec.get("seconds")), from_record=True)
 
 
