@@ -425,3 +425,34 @@ def test_eval_reports_what_each_task_has_and_refuses_a_png_it_cannot_draw(kind, 
     else:
         assert code == 2 and "--png draws a classifier's confusion matrix" in err and len(err.splitlines()) == 1
         assert not png.exists()
+
+
+@pytest.mark.parametrize("cell", [n for n in __import__("rnnlens.cells", fromlist=["CELLS"]).CELLS if "max" not in n])
+@pytest.mark.parametrize("task", ["dyck", "crossserial"])
+def test_every_cell_explains_a_formal_string_as_predict_reads_it(cell, task):
+    """For every cell the n-grams explain (max-plus cells refuse them: `wfsa`), a formal
+    string is explained as predict reads it, with the start symbol first whether typed or not:
+    the explained target after each prefix is predict's next symbol."""
+    from pathlib import Path
+
+    import torch
+
+    from rnnlens.analysis.sentence import explain_text
+    from rnnlens.app.predict import Predictor
+    from rnnlens.app.run import Run
+    from rnnlens.config import Config
+    from rnnlens.data.formal import START, crossserial_symbols, dyck_symbols
+    from rnnlens.data.vocab import Vocab
+    from rnnlens.models import RNNModel
+
+    symbols = list(dyck_symbols(2) if task == "dyck" else crossserial_symbols())
+    vocab = Vocab(dict.fromkeys([START, *symbols]))
+    cfg = Config.from_dict({"model": {"cell": cell, "embedding_dim": 6, "hidden_size": 4}})
+    torch.manual_seed(0)
+    model = RNNModel(cfg.model, len(vocab), task, symbols).double().eval()
+    run = Run(Path("m"), model, cfg, vocab, {"task": task, "labels": symbols})
+    text = "( [ ] )" if task == "dyck" else "a a b c c d"
+    want = Predictor(run).records([text])[0]["next"]
+    for typed in (text, f"{START} {text}"):
+        ex = explain_text(model, vocab, run.reads(run.tokenize(typed)))
+        assert ex.tokens == [START] + text.split() and [p.target for p in ex.positions] == want
