@@ -18,6 +18,8 @@ from ..errors import RnnlensError
 from ..outfiles import metric_record
 from ..train.checkpoint import load_checkpoint
 
+FORMAL_TASKS = ("dyck", "crossserial")     # models that read a start symbol before each string
+
 
 @dataclass
 class Run:
@@ -54,7 +56,7 @@ class Run:
         a formal-language model (dyck, crossserial) the string's single-character symbols
         ("aabbccdd" or "a a b b c c d d": data.formal.symbol_tokens), a leading start symbol
         dropped (`reads` puts it back)."""
-        if self.task in ("dyck", "crossserial"):
+        if self.task in FORMAL_TASKS:
             from ..data.formal import START, symbol_tokens
 
             tokens = symbol_tokens(text, self.vocab)
@@ -69,7 +71,7 @@ class Run:
         """`tokens` (from `tokenize`) as the model reads them: a formal-language model's start
         symbol first, as training and `rnnlens predict` put it before every string (its output
         after "<s>" is its prediction for the string's first symbol); other models' unchanged."""
-        if self.task in ("dyck", "crossserial"):
+        if self.task in FORMAL_TASKS:
             from ..data.formal import START
 
             return [START] + tokens

@@ -190,10 +190,8 @@ def _run(args, tables, selected, out: Path, results: Path | None, data_dir: Path
             write_atomic(out / f"{t.id}.md", md)
             if results is not None:
                 with tables_locked(results):        # another repro on these records waits its turn
-                    from .records import read_tables
-
-                    before = (read_tables(results).get(t.id) or {}).get("rows")
-                    rows = results_rows(results, t, json.loads(to_json(t, results_, ctx)), selected)
+                    before = (read_tables(results).get(t.id) or {}).get("rows") or []
+                    rows = results_rows(results, t, json.loads(to_json(t, results_, ctx)), selected, before)
                     if rows != before:               # nothing of this run's: the record (and its command) stand
                         _record_table(results, t, rows, ctx)
             print(md)
@@ -201,7 +199,8 @@ def _run(args, tables, selected, out: Path, results: Path | None, data_dir: Path
     return 0
 
 
-def results_rows(results: Path, table, new: dict, selected: set[str] | None = None) -> list[dict]:
+def results_rows(results: Path, table, new: dict, selected: set[str] | None = None,
+                 earlier: list[dict] | None = None) -> list[dict]:
     """The table's rows for its record, in the table's order. With `selected` (the --rows
     labels) only those rows are this run's: every other row keeps what the earlier record has
     for it where that has runs (a --rows rerun never changes the rows it does not name, not
@@ -210,10 +209,11 @@ def results_rows(results: Path, table, new: dict, selected: set[str] | None = No
     such row that still stands, so one it left out no longer applies (its config has been
     written since, say, and the row simply has not been run). A row this run found no data
     for keeps the earlier record's runs: data missing here (no --data-dir, another machine)
-    says nothing about the recorded result."""
-    from .records import read_tables
-
-    old = {r["label"]: r for r in (read_tables(results).get(table.id) or {}).get("rows") or [] if r.get("runs")}
+    says nothing about the recorded result. `earlier`: the table record's rows, when the caller
+    has read them already."""
+    if earlier is None:
+        earlier = (read_tables(results).get(table.id) or {}).get("rows") or []
+    old = {r["label"]: r for r in earlier if r.get("runs")}
     mine = {r["label"]: r for r in new["rows"]}
     def row(label):
         if (mine.get(label) or {}).get("status") == "missing data" and label in old:
