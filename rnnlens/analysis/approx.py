@@ -60,9 +60,11 @@ def _relative(view: LinearView, diff: torch.Tensor, states: torch.Tensor,
 
 
 def predicted_states(view: LinearView, states: torch.Tensor, s0: torch.Tensor | None = None) -> torch.Tensor:
-    """ĥ_t = g(x_t) + A(x_t) h_{t-1} from the true previous states: [B,T,S]."""
+    """ĥ_t = g(x_t) + A(x_t) h_{t-1} from the true previous states: [B,T,S]. Before position
+    0: s0, else the view's own start state, else the semiring's zero (the cell's start: 0, or
+    -inf for a max-plus cell)."""
     B, T, S = states.shape
-    first = s0 if s0 is not None else states.new_zeros(B, S)
+    first = s0 if s0 is not None else view.h0 if view.h0 is not None else states.new_full((B, S), view.zero)
     prev = torch.cat([first[:, None].to(states.dtype), states[:, :-1]], 1)
     return torch.stack([view.step(t, prev[:, t]) for t in range(T)], 1)
 
@@ -70,7 +72,8 @@ def predicted_states(view: LinearView, states: torch.Tensor, s0: torch.Tensor | 
 def one_step_error(view: LinearView, states: torch.Tensor, mask: torch.Tensor | None,
                    s0: torch.Tensor | None = None) -> torch.Tensor:
     """Eq. 15 at every position: [B,T]. states[B,T,S] are the model's full states (from
-    `cell.scan` / `RNNModel.states`), s0[B,S] the state before position 0 (default zeros).
+    `cell.scan` / `RNNModel.states`), s0[B,S] the state before position 0 (default: the
+    view's start, as `predicted_states`).
     0 at pad positions and where ||h_t|| = 0 (see the module docstring)."""
     return _relative(view, states - predicted_states(view, states, s0), states, mask)
 
@@ -133,10 +136,11 @@ def approx_error(model, batches) -> dict:
        "one_step":    {"tokens", "mean", "median", "max", "by_position": {bucket: {"tokens", "mean"}}},
        "accumulated": {... the same ..., "diverged"}}
 
-    A language model (task "lm") is run as `eval` runs it: the state is carried from one
-    BPTT segment to the next, the one-step error uses that carried state as h_0 and the
+    A language model over a stream that carries its state (`model.carries_state`) is run as
+    `eval` runs it: the state is carried from one BPTT segment to the next, the one-step error uses that carried state as h_0 and the
     unrolled view starts from it (so the accumulated error spans one segment), and positions
-    are counted within each segment. Other tasks start every sequence from zeros.
+    are counted within each segment. Other models (a sentence-level language model, one with
+    model.carry_state false, every other task) start every sequence from zeros.
     """
     from ..errors import RnnlensError
 
@@ -145,7 +149,7 @@ def approx_error(model, batches) -> dict:
                            f"encoder ({type(model.encoder).__name__}) has no single cell to compare "
                            "(a memory network: `rnnlens attention` shows what its memory block reads)")
     model.eval()
-    lm = getattr(model, "task", None) == "lm"
+    carries = bool(getattr(model, "carries_state", False))
     device = next(model.parameters()).device
     one, acc = ErrorStats(), ErrorStats()
     zero_state, total, exact, carry = 0, 0, True, None
@@ -158,7 +162,7 @@ def approx_error(model, batches) -> dict:
             carry = None
         states, final = cell.scan(model.embedding(batch.tokens), batch.mask, carry)
         s0 = carry
-        carry = final if lm else None
+        carry = final if carries else None
         keep = counted_positions(view, states, batch.mask)
         real = batch.mask.sum().item()
         total += int(real)

@@ -71,6 +71,19 @@ def check_precision(model: torch.nn.Module, cfg: TrainConfig) -> None:
                            f"this model has {', '.join(other)} parameters: use precision float32, or a float32 model")
 
 
+def _loss_count(model):
+    """How many units a batch's mean loss is the mean over (`distributed.loss_units`: examples,
+    tokens or scored positions), so that a split's loss is the mean over all its units however
+    it is batched (a language model's dev loss is then log dev perplexity); rows for a model
+    whose task names no unit."""
+    from .distributed import loss_units
+
+    try:
+        return loss_units(model)
+    except RnnlensError:
+        return len
+
+
 def _reset(model) -> None:
     if hasattr(model, "reset_state"):
         model.reset_state()
@@ -103,6 +116,7 @@ class Trainer:
         self.device = dist.train_device(cfg.device)
         self._units = dist.units(model)          # what the head's loss is the mean over
         self._grad_units = dist.units(model, cfg.loss_average == "sentence")
+        self._count = _loss_count(model)         # the reported loss's weights: the same units, here
         self._net = None                   # the model and its loss (WithLoss, in DDP across processes)
         self._used_checked = False         # DDP: every parameter got a gradient (checked once)
         self.optimizer = make_optimizer(model.parameters(), cfg)
@@ -157,13 +171,15 @@ class Trainer:
         self.model.eval()
         _reset(self.model)
         merged: dict = {}
-        loss_sum, n = 0.0, 0
+        loss_sum, n, rows = 0.0, 0, 0    # n: the loss's units (examples, tokens, positions)
         d = self.dist
         graphs = self._graphs if each is None else None
         on_device: dict = {}             # the graphed batches' sums, added up on the device
         for batch in batches:
             size = len(batch)            # this rank's slice; the sums are added up below
-            n += size
+            units = self._count(batch)   # the global batch's, counted before it is sliced
+            rows += size
+            n += units
             lo, hi = d.rows(size)
             if hi == lo:
                 continue
@@ -172,7 +188,7 @@ class Trainer:
             graphed = graphs.eval_step(batch) if graphs is not None else None
             if graphed is not None:      # the forward as one CUDA graph (step_graph.py)
                 loss, sums = graphed
-                for k, v in {"loss": loss.double() * (share * size), **sums}.items():
+                for k, v in {"loss": loss.double() * (share * units), **sums}.items():
                     on_device[k] = v.double() + on_device[k] if k in on_device else v.double()
                 continue
             with self._autocast():
@@ -180,18 +196,18 @@ class Trainer:
                 loss, metrics = self.model.head.loss_and_metrics(out, batch)
             if each is not None:
                 each(out, batch)
-            loss_sum += loss.item() * share * size     # the batch's mean loss: the shares' weighted sum
+            loss_sum += loss.item() * share * units    # the batch's mean loss: the shares' weighted sum
             merge_metrics(merged, metrics)
         if on_device:
             loss_sum += float(on_device.pop("loss"))
             merge_metrics(merged, {k: float(v) for k, v in on_device.items()})
         loss_sum = d.all_sum([loss_sum])[0]
         merged = d.merged(merged)
-        if n == 0:
+        if rows == 0:
             raise RnnlensError("cannot evaluate on an empty split")
         if details is not None:
             details.update(self.model.head.details(merged))
-        return {"loss": loss_sum / n, **self.model.head.finalize(merged)}
+        return {"loss": loss_sum / max(n, 1), **self.model.head.finalize(merged)}
 
     # --- checkpoints ------------------------------------------------------------------
     def _save(self, batches, pos: dict | None) -> None:
@@ -341,6 +357,7 @@ class Trainer:
         d = self.dist
         for i, batch in enumerate(bar, skip + 1):
             size = len(batch)                 # the global batch's, under data parallelism
+            units = self._count(batch)        # what its mean loss is the mean over
             lo, hi = d.rows(size)
             mine = hi > lo                    # whether this rank's slice holds rows
             batch, (share, grad_share) = d.shard(batch, [self._units, self._grad_units])
@@ -372,8 +389,8 @@ class Trainer:
                 self._skips = 0
                 if graphed is None:           # (the graph made its update itself)
                     self.optimizer.step()
-                loss_sum += value * size
-                n += size
+                loss_sum += value * units
+                n += units
                 if track and mine:
                     with torch.no_grad():
                         merge_metrics(sums, self.model.head.metrics(out, batch))

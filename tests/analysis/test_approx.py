@@ -174,6 +174,23 @@ def test_language_model_carries_the_state_across_segments():
     assert res["one_step"]["by_position"][">10"]["tokens"] == 0
 
 
+@pytest.mark.parametrize("cell", ["gru", "lstm", "mvm-g"])
+def test_language_model_that_starts_every_segment_afresh_is_measured_so(cell):
+    # model.carry_state false: each segment starts from zeros, as the model runs it, so the error
+    # over the segments is the mean of each segment measured alone.
+    torch.manual_seed(0)
+    model = RNNModel(ModelConfig(cell=cell, embedding_dim=6, hidden_size=5, carry_state=False), 30,
+                     task="lm").double().eval()
+    assert not model.carries_state
+    segments = list(BPTTIterator(torch.randint(2, 30, (120,), generator=torch.Generator().manual_seed(1)), 3, 8))
+    both = approx_error(model, segments)
+    alone = [approx_error(model, [b]) for b in segments]
+    for key in ("one_step", "accumulated"):
+        mean = sum(a[key]["mean"] * a[key]["tokens"] for a in alone) / sum(a[key]["tokens"] for a in alone)
+        assert abs(both[key]["mean"] - mean) < 1e-9
+    assert both["one_step"]["by_position"]["1"]["mean"] < 1e-9      # a zero start state: exact at t = 1
+
+
 # --- the command line ---------------------------------------------------------------------------
 def _train(out, *extra):
     assert main(["train", "--out", str(out), "--embedding-dim", "8", "--hidden-size", "8",
@@ -235,3 +252,25 @@ def test_cli_bad_input_is_one_line_and_exit_2(case, models, tmp_path, capsys):
     err = capsys.readouterr().err
     print(err)
     assert err.startswith("rnnlens: error: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", sorted(CELLS))
+def test_an_exact_view_predicts_every_state_of_every_cell_from_its_start(name):
+    # One step from the true previous state, and from the start: the cell's own start state
+    # (the semiring's zero: -inf for a max-plus cell) or a given one; 0 error for an exact view.
+    from rnnlens.encoder import build_cell
+
+    torch.manual_seed(0)
+    cell = build_cell(ModelConfig(cell=name, hidden_size=4), 5).double().eval()
+    x = torch.randn(2, 6, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2], dtype=torch.bool)
+    view = cell.linear_view(x, mask)
+    if not view.exact:
+        pytest.skip(f"{name}'s view is first-order")
+    states, _ = cell.scan(x, mask)
+    assert one_step_error(view, states, mask).abs().max() < 1e-9
+    assert accumulated_error(view, states, mask).abs().max() < 1e-9
+    s0 = states[:, 2].clone()
+    later, _ = cell.scan(x, mask, s0)
+    assert one_step_error(cell.linear_view(x, mask, s0), later, mask).abs().max() < 1e-9
+    assert one_step_error(view, later, mask, s0).abs().max() < 1e-9

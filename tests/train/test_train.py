@@ -250,3 +250,57 @@ def test_init_from_starts_from_a_trained_model_and_refuses_an_incompatible_one(t
         with pytest.raises(RnnlensError, match=msg) as e:
             _run(tmp_path, f"bad{i}", d)
         assert str(e.value).startswith("train.init_from ") and "\n" not in str(e.value)
+
+
+
+@pytest.mark.parametrize("task", ["lm-sentences", "lm-stream", "dyck", "tag", "classify"])
+def test_evaluated_loss_is_the_mean_over_the_splits_units_however_it_is_batched(task):
+    # The dev loss is the mean over what the head's loss averages (tokens, scored positions,
+    # sentences), not over batch rows: the same split batched two ways gives the same loss, and
+    # a language model's is log perplexity.
+    import math
+
+    from rnnlens.config import Config
+    from rnnlens.data import formal
+    from rnnlens.data.batching import Batch, collate
+    from rnnlens.data.datasets import _next_symbol_examples
+    from rnnlens.data.vocab import Vocab
+    from rnnlens.models import RNNModel
+
+    V = 16                        # (the Dyck vocabulary's 13 entries fit)
+    data = {"lm-sentences": {"corpus": "ptb", "sentence_level": True}, "lm-stream": {"corpus": "ptb"},
+            "dyck": {"task": "dyck"}, "tag": {"task": "tag"}, "classify": {}}[task]
+    head = task.split("-")[0]
+    symbols = list(formal.OPENERS + formal.CLOSERS)
+    labels = {"tag": ["O", "B-X", "I-X"], "classify": ["a", "b", "c"], "dyck": symbols}.get(head)
+    cfg = Config.from_dict({"data": data, "model": {"embedding_dim": 5, "hidden_size": 4, "cell": "gru"}})
+    torch.manual_seed(0)
+    model = RNNModel(cfg.model, V, head, labels, sentence_level=cfg.data.sentence_level)
+    trainer = Trainer(model, cfg.train, progress=False)
+    g = torch.Generator().manual_seed(1)
+    L = torch.tensor([9, 8, 2, 2])
+    mask = torch.arange(9)[None] < L[:, None]
+    tokens = torch.randint(2, V, (4, 9), generator=g) * mask
+    y = torch.randint(0, 3, (4,), generator=g) if head == "classify" else \
+        torch.randint(1, 3 if head != "lm" else V, (4, 9), generator=g) * mask
+
+    def rows(lo, hi):
+        T = int(L[lo:hi].max())
+        return Batch(tokens[lo:hi, :T], mask[lo:hi, :T], L[lo:hi], y[lo:hi] if y.dim() == 1 else y[lo:hi, :T])
+
+    ways = ([rows(0, 4)], [rows(0, 2), rows(2, 4)], [rows(0, 1), rows(1, 3), rows(3, 4)])
+    if task == "lm-stream":       # two segments of one stream, the second shorter (the stream's tail)
+        full = torch.ones(4, 9, dtype=torch.bool)
+        ways = ([Batch(tokens[:, :7], full[:, :7], torch.full((4,), 7), y[:, :7]),
+                 Batch(tokens[:, 7:], full[:, 7:], torch.full((4,), 2), y[:, 7:])],)
+    if head == "dyck":            # strings of two lengths, so positions and rows weigh differently
+        exs = _next_symbol_examples(formal.dyck_corpus(2, 16, 3, 0) + formal.dyck_corpus(2, 4, 3, 1), symbols)
+        vocab = Vocab([formal.START, *symbols])
+        ways = ([collate(exs, vocab)], [collate(exs[:2], vocab), collate(exs[2:], vocab)],
+                [collate(exs[:1], vocab), collate(exs[1:3], vocab), collate(exs[3:], vocab)])
+    results = [trainer.evaluate(batches) for batches in ways]
+    for r in results[1:]:
+        assert r["loss"] == pytest.approx(results[0]["loss"], rel=1e-6)
+    if head == "lm":
+        for r in results:
+            assert r["loss"] == pytest.approx(math.log(r["ppl"]), rel=1e-6)
