@@ -389,11 +389,18 @@ CELL_SETTINGS = {"clamp": None, "window": 20, "word_dropout": "embedding", "spec
 SENTENCE_TASKS = ("classify", "regress", "relation", "agreement")
 
 
-def unused_settings(m: ModelConfig, task: str | None = None) -> str | None:
+def unused_settings(m: ModelConfig, task: str | None = None, sentence_level: bool = False) -> str | None:
     """Why a model built from m would ignore one of its settings (set away from its default
-    where nothing reads it), or None. task: the run's task where known (None: the checks that
-    need it are skipped). A fresh training refuses these; a saved model is never refused for
-    them (configs written before a check was added still load)."""
+    where nothing reads it) or could not do what it says, or None. task: the run's task where
+    known (None: the checks that need it are skipped); sentence_level: data.sentence_level. A
+    fresh training refuses these; a saved model is never refused for them (configs written
+    before a check was added still load)."""
+    if (task == "lm" and not sentence_level and m.memory is None and m.carry_state
+            and not registry("cell_additive").get(m.cell, True)):
+        return (f"model.carry_state: the {m.cell} cell keeps only the n-gram that starts at each call's first "
+                "token, so it cannot carry its state from one BPTT segment of the stream to the next (its "
+                "outputs would depend on where the segments are cut): set model.carry_state false, each "
+                "segment starting afresh, as the authors' code runs it")
     cells = registry("cell_settings")
     for key, default in CELL_SETTINGS.items():
         if getattr(m, key) != default and key not in cells.get(m.cell, ()):

@@ -14,5 +14,6 @@ CELLS = {"elman": Elman, "gru": GRU, "lstm": LSTM, **NGRAM_CELLS, **BASELINE_CEL
 CELLS.update({"urn": URN, "linear-rnn": LinearRNN})
 register("cell", CELLS)
 register("cell_settings", {name: cls.settings for name, cls in CELLS.items()})
+register("cell_additive", {name: cls.additive for name, cls in CELLS.items()})
 
 __all__ = ["CELLS", "Cell", "DenseView", "LinearView", "StructuredView", "Elman", "GRU", "LSTM", "from_torch"]

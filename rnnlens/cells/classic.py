@@ -230,10 +230,12 @@ class _Classic(Cell):
         return x.transpose(0, 1), None if mask is None else mask.transpose(0, 1)
 
     def scan(self, x, mask=None, state=None):
+        """The states [B,T,S], batch-major whatever the cell's layout (a time-major cell takes
+        x [T,B,E] and mask [T,B]), as its views are, so `remainder(cell.linear_view(x),
+        cell.scan(x)[0])` pairs them in either layout."""
         if self.batch_first:
             return super().scan(x, mask, state)
-        states, final = super().scan(*self._to_batch_major(x, mask), state)
-        return states.transpose(0, 1), final
+        return super().scan(*self._to_batch_major(x, mask), state)
 
     def forward_ref(self, x, mask=None, state=None):
         if self.batch_first:
@@ -548,7 +550,8 @@ CLASSIC = {"elman": Elman, "gru": GRU, "lstm": LSTM}
 def from_torch(module: nn.Module, layer: int | None = None, direction: int = 0) -> Cell:
     """An rnnlens cell with the weights of a trained torch.nn.RNN, GRU or LSTM: same outputs
     as the module, in the module's layout (`batch_first` is copied: a time-major module's
-    cell takes and gives [T,B,...]); its linear view is batch-major [B,T,S].
+    cell takes [T,B,...] and its forward gives [T,B,...]); its states (`scan`) and views
+    (`linear_view`, `local_view`) are batch-major [B,T,S] in either layout.
 
     A cell is one layer in one direction. For a stacked or bidirectional module pass
     `layer` (0 = the first) and `direction` (1 = the reverse one, which reads its input

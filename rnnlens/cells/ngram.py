@@ -382,6 +382,7 @@ def _named(cls, **fixed):
         return cls(input_size, hidden_size, **fixed)
     make.__name__ = cls.__name__
     make.settings = cls.settings
+    make.additive = fixed.get("additive", cls.additive)
     return make
 
 

@@ -360,6 +360,7 @@ def _named(cls, **fixed):
         return cls(input_size, hidden_size, **{**fixed, **kw})
     make.__name__ = cls.__name__
     make.settings = cls.settings
+    make.additive = cls.additive
     return make
 
 

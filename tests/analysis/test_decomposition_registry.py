@@ -138,10 +138,16 @@ def test_from_torch_honours_time_major_modules(kind):
     assert max_diff(out, ref) < 1e-12
     view = cell.linear_view(x)                      # batch-major, as every view
     assert view.g.shape[:2] == (3, 7)
-    states = cell.scan(x)[0].transpose(0, 1)
+    states = cell.scan(x)[0]                        # batch-major too, so the two pair as they come
+    assert max_diff(states.transpose(0, 1)[..., -16:], ref) < 1e-12
     r = ng.remainder(view, states)
-    rb = ng.remainder(from_torch(kind(8, 16, batch_first=True).double()).linear_view(x.transpose(0, 1)), states)
-    assert r.shape == rb.shape
+    bm = kind(8, 16, batch_first=True).double()
+    bm.load_state_dict(m.state_dict())
+    twin = from_torch(bm)
+    assert max_diff(r, ng.remainder(twin.linear_view(x.transpose(0, 1)), twin.scan(x.transpose(0, 1))[0])) < 1e-12
+    sq = torch.randn(4, 4, 8, dtype=torch.float64)  # T = B: a layout mix-up would pass the shape check
+    assert max_diff(ng.remainder(cell.linear_view(sq), cell.scan(sq)[0]),
+                    ng.remainder(twin.linear_view(sq.transpose(0, 1)), twin.scan(sq.transpose(0, 1))[0])) < 1e-12
 
 
 @pytest.mark.parametrize("kind", [nn.GRU, nn.LSTM])

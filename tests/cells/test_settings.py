@@ -67,3 +67,33 @@ def test_a_clamped_cell_keeps_the_state_at_pads(name):
     assert torch.equal(final[0], s0[0]) and torch.equal(states[1, 0], s0[1])
     assert torch.equal(states[1, 3], states[1, 2])
     assert states[2].abs().max() <= 0.3
+
+
+@pytest.mark.parametrize("name", sorted(CELLS))
+def test_a_stream_language_model_carries_its_state_only_through_a_cell_that_can(name):
+    """Carrying the state across BPTT segments is one long sequence cut into calls only for a
+    cell whose every n-gram enters the state (Cell.additive); MVM, VM and MM keep only the
+    n-gram from each call's first token, so a fresh stream language model of theirs must start
+    each segment afresh (model.carry_state false), and anything else still trains as asked."""
+    assert build_cell(ModelConfig(cell=name, hidden_size=4), 5).additive == CELLS[name].additive
+    carry = unused_settings(ModelConfig(cell=name), "lm")
+    if CELLS[name].additive:
+        assert carry is None
+    else:
+        assert carry.startswith("model.carry_state: ") and "carry_state false" in carry
+    assert unused_settings(ModelConfig(cell=name, carry_state=False), "lm") is None
+    assert unused_settings(ModelConfig(cell=name), "lm", sentence_level=True) is None
+    assert unused_settings(ModelConfig(cell=name), "classify") is None
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in CELLS.items() if c.additive))
+def test_an_additive_cell_run_in_two_calls_carrying_the_state_is_one_call(name):
+    """What carrying the state across BPTT segments assumes, for every cell that allows it."""
+    torch.manual_seed(0)
+    cell = build_cell(ModelConfig(cell=name, hidden_size=4), 5).double().eval()
+    x = torch.randn(2, 9, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    whole, final = cell(x)
+    first, mid = cell(x[:, :4])
+    second, end = cell(x[:, 4:], None, mid)
+    assert torch.allclose(torch.cat([first, second], 1), whole, atol=1e-10)
+    assert torch.allclose(end, final, atol=1e-10)
