@@ -323,7 +323,10 @@ def run_suite(out: str | Path | None = None, quick: bool = False, device: str = 
     text = report(res, quick=quick, device=device, threads=threads, started=started, seconds=seconds,
                   load=(load0, os.getloadavg()[0]), not_run=not_run)
     out = Path(out) if out else HERE / ("RESULTS-quick.md" if quick else "RESULTS.md")
-    out.write_text(text, encoding="utf-8")
+    from rnnlens.outfiles import replacing
+
+    with replacing(out, suffix=".md") as tmp:      # whole or not at all: a killed run leaves the old one
+        tmp.write_text(text, encoding="utf-8")
     log(f"wrote {out}")
     return text
 

@@ -153,9 +153,13 @@ class NGramAttributions:
         pos = torch.arange(T, device=self.ngrams.device)
         end, start = pos[:, None], pos[None, :]
         lo, hi = torch.minimum(end, start), torch.maximum(end, start)
-        per = self.ngrams / (hi - lo + 1).to(self.ngrams.dtype)                 # [B,D,T,T]
-        covers = (pos[:, None, None] >= lo) & (pos[:, None, None] <= hi)        # [k,end,start]
-        return torch.einsum("bdes,kes->bk", per, covers.to(per.dtype))
+        per = (self.ngrams.sum(1) / (hi - lo + 1).to(self.ngrams.dtype)).double()   # [B,T,T]
+        # each n-gram's share enters at its first token and leaves after its last: a running
+        # sum over positions (memory [B,T,T], where a [T,T,T] cover table is cubic in length)
+        steps = per.new_zeros(B, T + 1)
+        steps.scatter_add_(1, lo.reshape(1, -1).expand(B, -1), per.reshape(B, -1))
+        steps.scatter_add_(1, (hi + 1).reshape(1, -1).expand(B, -1), -per.reshape(B, -1))
+        return steps.cumsum(1)[:, :T].to(self.ngrams.dtype)
 
     def top(self, k: int = 10, b: int = 0) -> list[dict]:
         """The k n-grams of row b with the largest |contribution|."""

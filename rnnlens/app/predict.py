@@ -44,12 +44,9 @@ def read_texts(lines: Iterable[str], fmt: str = "auto", name: str = "input") -> 
             continue
         if fmt == "lines":
             yield no, line
-        elif fmt == "tsv":
-            cols = line.split("\t")
-            if len(cols) > 2:
-                raise RnnlensError(f"{name}:{no}: expected the text or label<TAB>text, found {len(cols)} "
-                                   f"tab-separated columns")
-            yield no, cols[-1]
+        elif fmt == "tsv":               # read as training reads it: the text after the first tab
+            label, sep, text = line.partition("\t")
+            yield no, text if sep else label
         else:
             try:
                 obj = json.loads(line)

@@ -79,7 +79,11 @@ def _eval_split(data) -> str | None:
 
 
 def _sample_sentences(data, split: str, task: str, n: int, seed: int = 0) -> list[list[str]]:
-    """n readable sentences (4-20 tokens) of a split, a seeded sample in split order."""
+    """n readable sentences (4-20 tokens) of a split, a seeded sample in split order; where it
+    has none, sentences of any length up to an explained sentence's limit (SENTENCE_TOKENS),
+    and where it has none of those either, the first SENTENCE_TOKENS tokens of its texts."""
+    from ..analysis.sentence import SENTENCE_TOKENS
+
     examples = data.splits[split]
     if task == "lm":
         stream, sents, cur = examples[0].tokens, [], []
@@ -93,9 +97,10 @@ def _sample_sentences(data, split: str, task: str, n: int, seed: int = 0) -> lis
         pool = sents
     else:
         pool = [ex.tokens for ex in examples]
-    good = [i for i, toks in enumerate(pool) if 4 <= len(toks) <= 20] or [i for i, t in enumerate(pool) if t]
+    good = ([i for i, toks in enumerate(pool) if 4 <= len(toks) <= 20]
+            or [i for i, t in enumerate(pool) if 0 < len(t) <= SENTENCE_TOKENS] or [i for i, t in enumerate(pool) if t])
     idx = sorted(random.Random(seed).sample(good, min(n, len(good))))
-    return [list(pool[i]) for i in idx]
+    return [list(pool[i][:SENTENCE_TOKENS]) for i in idx]
 
 
 def _available(module: str) -> bool:

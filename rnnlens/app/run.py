@@ -113,9 +113,11 @@ class Run:
         return cfg
 
     def _resolve(self, value: str | None) -> str | None:
-        """A data path of the config, found from this working folder: as stored if it is there,
-        else in data_dir (a file by its name), else relative to the folder training ran in."""
-        if not value or Path(value).is_absolute() or Path(value).exists():
+        """A relative data path of the config: in data_dir (a file by its name) when that is
+        given, else relative to the folder training ran in, as training read it (a file of the
+        same name in this working folder is another file), else as stored, from here (the
+        run's folder is gone or elsewhere)."""
+        if not value or Path(value).is_absolute():
             return value
         if self.data_dir and (Path(self.data_dir) / Path(value).name).exists():
             return str(Path(self.data_dir) / Path(value).name)

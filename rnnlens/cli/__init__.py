@@ -77,7 +77,7 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
 
 # the commands that compute with torch: each takes --threads (its own, or the one added here)
 THREADED = ("demo", "train", "eval", "predict", "explain", "wfsa", "faithfulness", "negation", "report",
-            "unitary", "attention", "complete", "bench", "repro", "vectors")
+            "unitary", "attention", "complete", "bench", "repro", "vectors", "approx-error")
 
 
 def _tolerant_output() -> None:

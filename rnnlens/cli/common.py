@@ -8,6 +8,18 @@ from ..data.tokenize import shown
 from ..errors import RnnlensError
 
 
+def stdin_text():
+    """Standard input as UTF-8 text read strictly (a BOM dropped), as a file is read: bytes
+    that are not UTF-8 are an error, not characters replaced. sys.stdin itself where it has
+    no byte stream under it (a test's StringIO)."""
+    import io
+
+    raw = getattr(sys.stdin, "buffer", None)
+    if raw is None:
+        return sys.stdin
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="strict", newline=None)
+
+
 def _config_type(where: str, typ):
     """The argparse type of a config flag: its text parsed as the field's type (the range is
     Config.validate's to check, naming the field)."""

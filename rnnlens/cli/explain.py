@@ -8,7 +8,7 @@ from ..argtypes import SIZE, new_file
 from ..data.tokenize import shown
 from ..errors import RnnlensError
 from ..outfiles import check_new_file, check_not_an_input, json_text
-from .common import _load_run, warn_unknown
+from .common import _load_run, stdin_text, warn_unknown
 
 DOCUMENT_CHUNK = 2048     # tokens of a document in one linear view (memory per chunk, not per document)
 
@@ -116,7 +116,7 @@ def _read_document(file: str, limit: int = DOCUMENT_LIMIT) -> str:
     """The text of --file ('-': standard input), read at most `limit` characters: a longer one,
     or an endless one (/dev/zero), is a one-line error, not a read that fills the memory."""
     if file == "-":
-        text = sys.stdin.read(limit + 1)
+        text = stdin_text().read(limit + 1)
     else:
         with open(file, encoding="utf-8-sig") as f:
             text = f.read(limit + 1)
@@ -234,7 +234,7 @@ def _explain_lines(args) -> int:
         raise RnnlensError(f"output folder {out} exists; use --force to replace it")
     try:
         if args.lines == "-":
-            texts = list(read_texts(sys.stdin, "auto", "stdin"))
+            texts = list(read_texts(stdin_text(), "auto", "stdin"))
         else:
             with open(args.lines, encoding="utf-8-sig") as f:
                 texts = list(read_texts(f, "auto", str(args.lines)))

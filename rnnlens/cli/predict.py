@@ -7,6 +7,7 @@ from pathlib import Path
 from ..argtypes import COUNT, SIZE, THREADS, new_file
 from ..errors import RnnlensError
 from ..outfiles import check_new_file, json_text
+from .common import stdin_text
 
 CHUNK = 4096          # texts read, predicted and written at a time: memory stays bounded
 
@@ -34,7 +35,7 @@ def cmd_predict(args) -> int:
     if texts:
         source, name = None, "--text"
     elif args.file == "-":
-        source, name = sys.stdin, "stdin"
+        source, name = stdin_text(), "stdin"
     else:
         try:
             source = open(args.file, encoding="utf-8-sig")       # noqa: SIM115 (closed below)
@@ -57,7 +58,7 @@ def cmd_predict(args) -> int:
     except UnicodeDecodeError as e:
         raise RnnlensError(f"{name} is not UTF-8 text ({e.reason})") from None
     finally:
-        if source is not None and source is not sys.stdin:
+        if source is not None and name != "stdin":
             source.close()
     if out is not None:
         print(f"wrote {n:,} prediction{'' if n == 1 else 's'} to {out}")

@@ -5,14 +5,17 @@ from ..argtypes import COUNT, POSITIVE, SEED, SIZE, THREADS
 
 
 def cmd_vectors(args) -> int:
-    from ..data.word2vec import check_writable
-    from ..outfiles import writing
+    from pathlib import Path
+
+    from ..outfiles import check_can_create, check_new_file, writing
 
     def say(line: str) -> None:
         if not args.quiet:
             print(line, flush=True)
 
-    check_writable(args.out, force=args.force)  # before the training, not after
+    out = check_new_file(args.out, args.force, [args.data_dir])   # before the training, not after
+    if not out.exists() or out.is_file():                          # (a device or pipe is written through)
+        check_can_create(Path(out).absolute())
     with writing(args.out):                     # one writer of the file at a time
         return _vectors(args, say)
 

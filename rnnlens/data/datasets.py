@@ -300,14 +300,17 @@ def load_conll2003(data_dir, seed: int = 0) -> Dataset:
 
     rows = {split: read_conll2003(find_file(data_dir, f"conll2003/{file}"), scheme="iobes")
             for split, file in (("train", "eng.train"), ("dev", "eng.testa"), ("test", "eng.testb"))}
-    found = {t for _, tags in rows["train"] for t in tags}
-    labels = ["O"] + sorted(found - {"O"})
+    # every IOBES tag of each entity type training has (a type seen only as single words may
+    # still span several in dev and test, or in a file the model is evaluated on later)
+    types = {t.split("-", 1)[1] for _, tags in rows["train"] for t in tags if t != "O"}
+    labels = ["O"] + sorted(f"{p}-{typ}" for typ in types for p in "BIES")
     index = {t: i for i, t in enumerate(labels)}
     splits = {}
     for split, sents in rows.items():
         unknown = sorted({t for _, tags in sents for t in tags} - set(index))
         if unknown:
-            raise RnnlensError(f"conll2003 {split}: tag(s) {', '.join(unknown)} do not occur in the training data")
+            kinds = sorted({t.split("-", 1)[-1] for t in unknown})
+            raise RnnlensError(f"conll2003 {split}: entity type(s) {', '.join(kinds)} do not occur in the training data")
         splits[split] = [Example(tokens, [index[t] for t in tags]) for tokens, tags in sents]
     notes = ["CoNLL-2003 English NER; dev = eng.testa, test = eng.testb; -DOCSTART- lines skipped",
              "tags converted from the file's IOB1 to IOBES (S- single, B- begin, I- inside, E- end)",

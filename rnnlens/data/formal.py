@@ -52,12 +52,22 @@ CROSS_TEST = {"size": 5_120, "k": 10}
 
 def symbol_tokens(text: str, vocab) -> list[str]:
     """A formal-language string as typed, in the corpora's symbols: each space-separated piece
-    that is itself a token of `vocab` (a symbol, "<s>") is kept, any other split into its
-    characters, so "aabbccdd", "a a b b" and "([])" all read as their single-character
-    symbols. (Pieces that are not symbols stay unknown: the caller says so.)"""
+    that is itself a token of `vocab` (a symbol, "<s>") is kept, any other read left to right
+    as the longest token of `vocab` that starts there (so "<s>(()" is "<s>" and three
+    brackets, not "<", "s", ">" and them), else one character: "aabbccdd", "a a b b" and
+    "([])" all read as their single-character symbols. (Pieces that are not symbols stay
+    unknown: the caller says so.)"""
+    longer = sorted((t for t in getattr(vocab, "itos", ()) if len(t) > 1 and t in vocab), key=len, reverse=True)
     tokens: list[str] = []
     for piece in text.split():
-        tokens.extend([piece] if piece in vocab else list(piece))
+        if piece in vocab:
+            tokens.append(piece)
+            continue
+        i = 0
+        while i < len(piece):
+            tok = next((t for t in longer if piece.startswith(t, i)), piece[i])
+            tokens.append(tok)
+            i += len(tok)
     return tokens
 
 

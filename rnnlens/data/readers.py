@@ -38,7 +38,7 @@ def read_text(path: str | Path) -> str:
 def read_labelled_tsv(path: str | Path, tokenizer: Tokenizer) -> list[tuple[list[str], str]]:
     """Lines of `label<TAB>text`; blank lines are skipped. -> [(tokens, label string)]."""
     out = []
-    for no, line in enumerate(read_text(path).splitlines(), 1):
+    for no, line in enumerate(_split_lines(read_text(path)), 1):
         if not line.strip():
             continue
         label, sep, text = line.partition("\t")

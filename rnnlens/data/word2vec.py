@@ -12,15 +12,14 @@ rest of rnnlens does not need it.
 """
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
 from ..errors import RnnlensError
+from ..outfiles import check_new_file, replacing
 
 # gensim silently truncates a sentence after this many tokens (MAX_WORDS_IN_BATCH):
 # longer ones are cut into pieces of this size instead.
@@ -157,26 +156,12 @@ def train_word2vec(sentences: list[list[str]], dim: int = 300, epochs: int = 5, 
     return WordVectors(words, kv.vectors.copy(), [int(kv.get_vecattr(w, "count")) for w in words])
 
 
-def check_writable(path, force: bool = False) -> Path:
-    """Fail early (before an hour of training) when `path` cannot be written: an existing
-    file without force, a missing folder, a folder in its place."""
-    p = Path(path)
-    if p.is_dir():
-        raise RnnlensError(f"{p} is a folder; give the path of the file to write")
-    if p.exists() and not force:
-        raise RnnlensError(f"{p} exists; use --force to replace it")
-    if not p.parent.is_dir():
-        raise RnnlensError(f"folder {p.parent} does not exist")
-    if not os.access(p.parent, os.W_OK):
-        raise RnnlensError(f"cannot write in folder {p.parent}")
-    return p
-
-
 def write_vectors(vectors: WordVectors, path, force: bool = False, normalize: bool = False,
                   std: float | None = None, digits: int = 6) -> Path:
     """Write `word v1 ... vd` lines, most frequent word first (the GloVe text format; gzip'd
-    when the name ends in .gz). Atomic: written to a temporary file in the same folder, then
-    renamed, so a reader never sees half a file and an interrupted run leaves the old one.
+    when the name ends in .gz). Atomic (outfiles.replacing): written to a temporary file in the
+    same folder, then renamed, so a reader never sees half a file and an interrupted run
+    leaves the old one; a device or a pipe is written through.
 
     normalize scales every vector to unit length (the paper's fixed GloVe vectors are).
     std, if given, then multiplies ALL vectors by one factor so that their coordinates have
@@ -187,7 +172,7 @@ def write_vectors(vectors: WordVectors, path, force: bool = False, normalize: bo
 
     import numpy as np
 
-    p = check_writable(path, force)
+    p = check_new_file(path, force)
     vec = np.asarray(vectors.vectors, dtype=np.float64)
     if normalize:
         norms = np.linalg.norm(vec, axis=1, keepdims=True)
@@ -202,21 +187,13 @@ def write_vectors(vectors: WordVectors, path, force: bool = False, normalize: bo
         if not w or any(c.isspace() for c in w):
             raise RnnlensError(f"word {w!r} holds whitespace: it cannot be written in the GloVe text format")
     fmt = f"%.{digits}g"
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would outlive the rename
-        with os.fdopen(fd, "wb") as raw:
+        with replacing(p) as tmp, open(tmp, "wb") as raw:
             f = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if p.suffix == ".gz" else raw
             for word, row in zip(vectors.words, vec):
                 f.write((word + " " + " ".join(fmt % x for x in row) + "\n").encode("utf-8"))
             if f is not raw:
                 f.close()
-        os.replace(tmp, p)
     except OSError as e:
         raise RnnlensError(f"cannot write {p}: {e}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return p

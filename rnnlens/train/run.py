@@ -57,6 +57,7 @@ def load_data(cfg: Config) -> Data:
         labels = sorted({lab for _, lab in train_rows})
         if len(labels) < 2:
             raise RnnlensError(f"{d.train_file}: a classifier needs at least 2 labels, found {labels}")
+        _check_tsv_layout(train_rows, len(labels), d.train_file)
         splits = {"train": label_examples(train_rows, labels, d.train_file)}
         for name, f in (("dev", d.dev_file), ("test", d.test_file)):
             if f:
@@ -91,6 +92,11 @@ def load_data(cfg: Config) -> Data:
         data.notes.append("sentence-level: one line = one sentence, read as [<eos>, w1..wn] predicting "
                           "[w1..wn, <eos>], state reset per sentence; "
                           + ", ".join(f"{k} {len(v):,}" for k, v in data.splits.items()) + " sentences")
+    empty = [name for name, split in data.splits.items() if not split]
+    if empty:                # (a split carved from a tiny training set), refused before any training
+        sizes = ", ".join(f"{name} {len(split):,}" for name, split in data.splits.items())
+        raise RnnlensError(f"{d.corpus}: the {' and '.join(empty)} split{'s have' if len(empty) > 1 else ' has'} "
+                           f"no examples ({sizes}): too little data to train and evaluate on")
     lm_stream = data.task == "lm" and not d.sentence_level
     if d.max_length is not None and not lm_stream:
         n = d.max_length
@@ -119,6 +125,22 @@ def load_data(cfg: Config) -> Data:
             data.notes.append(f"training set capped at {cap:,} of {len(train):,} examples by the budget; "
                               "the vocabulary is built from the whole training split")
     return data
+
+
+HEADER_WORDS = {"label", "labels", "class", "category", "sentiment", "polarity", "target", "y", "sentence", "text"}
+
+
+def _check_tsv_layout(rows: list[tuple[list[str], str]], n_labels: int, path) -> None:
+    """Refuse a training file that is not `label<TAB>text` lines: a header line (its first
+    label a column name that no other line has), or text<TAB>label columns (GLUE's order: about
+    as many labels as lines)."""
+    if n_labels > 50 and n_labels > len(rows) // 2:
+        raise RnnlensError(f"{path}: {n_labels:,} different labels in {len(rows):,} lines: the file is read as "
+                           "label<TAB>text (a file in text<TAB>label order, as GLUE's, needs its columns swapped)")
+    first = rows[0][1]
+    if first.lower() in HEADER_WORDS and sum(lab == first for _, lab in rows) == 1:
+        raise RnnlensError(f"{path}: its first line looks like a header ({first!r} as a label, on no other "
+                           "line): remove it; the file is label<TAB>text lines only")
 
 
 def split_sentences(stream: list[str]) -> tuple[list[Example], int]:
@@ -169,8 +191,10 @@ def batches(cfg: Config, task: str, examples: list[Example], vocab: Vocab, train
         return SentenceIterator(examples, vocab, bs, shuffle=train, seed=cfg.train.seed)
     if task == "lm":
         ids = vocab.encode(examples[0].tokens)
-        # evaluation: at most 10 rows, and fewer for a stream too short to give each row 2 tokens
-        rows = bs if train else max(1, min(bs, 10, len(ids) // 2))
+        # evaluation: at most 10 rows, and fewer for a stream too short to give each row a whole
+        # BPTT segment (each row's first token is not predicted and the stream's tail past a
+        # whole number of rows is left out: on a short file, one row scores all but its first)
+        rows = bs if train else max(1, min(bs, 10, len(ids) // cfg.data.bptt))
         return BPTTIterator(ids, rows, cfg.data.bptt)
     return BatchIterator(examples, vocab, bs, shuffle=train, seed=cfg.train.seed)
 
@@ -285,7 +309,7 @@ def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, d
         for note in data.notes:
             print(f"note: {note}")
     if checkpoints is None or checkpoints.resume is None:     # a resumed run keeps its saved settings
-        unused = unused_settings(cfg.model, data.task)
+        unused = unused_settings(cfg.model, data.task, cfg.data.sentence_level)
         if unused:
             raise RnnlensError(unused)
     model = build_model(cfg, vocab, data.task, data.labels)

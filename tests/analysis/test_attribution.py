@@ -178,6 +178,27 @@ def test_bidirectional_twin_and_words():
     assert max_diff(c.shared().sum(1), c.total) < 1e-10
 
 
+@pytest.mark.parametrize("T", [1, 2, 7])
+def test_the_even_split_gives_each_token_its_share_of_every_ngram_over_it(T):
+    # against the definition, one n-gram at a time: (end, start) in either order spans
+    # min..max, and each of its tokens gets 1/(its length) of it, in each direction
+    from rnnlens.analysis.attribution import NGramAttributions
+
+    g = torch.Generator().manual_seed(T)
+    ngrams = torch.randn(2, 2, T, T, generator=g, dtype=torch.float64)
+    a = NGramAttributions(ngrams, ngrams.sum((1, 2)), ngrams.sum((1, 2, 3)), torch.zeros(2), torch.zeros(2),
+                    torch.ones(2, T, dtype=torch.bool), False)
+    want = torch.zeros(2, T, dtype=torch.float64)
+    for b in range(2):
+        for d in range(2):
+            for e in range(T):
+                for st in range(T):
+                    lo, hi = min(e, st), max(e, st)
+                    want[b, lo:hi + 1] += ngrams[b, d, e, st] / (hi - lo + 1)
+    assert max_diff(a.shared(), want) < 1e-12
+    assert a.shared().dtype == torch.float64 and max_diff(a.shared().sum(1), a.total) < 1e-12
+
+
 def test_clear_errors():
     class Two(nn.Module):
         def __init__(self):

@@ -83,6 +83,10 @@ def test_predict_a_classifier_on_lines_tsv_and_jsonl(classifier, tmp_path, capsy
     for name in ("in.tsv", "in.jsonl"):
         assert main(["predict", "--model", str(classifier), name]) == 0
         assert [r["label"] for r in _records(capsys)] == ["pos", "neg"]
+    # a .tsv is read as training reads it: the text is all after the first tab (tabs in it too)
+    (tmp_path / "tabs.tsv").write_text("pos\ta fine\tfilm  \t \nawful acting\n")
+    assert main(["predict", "--model", str(classifier), "tabs.tsv"]) == 0
+    assert [r["tokens"] for r in _records(capsys)] == [["a", "fine", "film"], ["awful", "acting"]]
 
 
 def test_predict_reads_stdin_writes_out_and_explains(classifier, tmp_path, capsys, monkeypatch):
@@ -137,9 +141,10 @@ def test_eval_on_a_file_with_the_per_class_report(classifier, tmp_path, capsys, 
     # a split of its own data, from this other folder: the relative training paths still resolve
     assert main(["eval", "--model", str(classifier)]) == 0
     assert "confusion matrix" in capsys.readouterr().out
-    (tmp_path / "three.tsv").write_text("pos\ta fine film\nneg\tawful\tacting\n")
-    assert main(["predict", "--model", str(classifier), str(tmp_path / "three.tsv")]) == 2
-    assert "three.tsv:2: expected the text or label<TAB>text, found 3" in capsys.readouterr().err
+    # ... to the files training read, not to files of the same names here
+    (tmp_path / "test.tsv").write_text("neg\ta fine film\n")
+    assert main(["eval", "--model", str(classifier), "--split", "test", "--json"]) == 0
+    assert sum(map(sum, json.loads(capsys.readouterr().out)["report"]["confusion"])) == len(ROWS)
     (tmp_path / "bad.tsv").write_text("maybe\tsomething\n")
     assert main(["eval", "--model", str(classifier), "--test-file", "bad.tsv"]) == 2
     assert "do not occur in the training data" in capsys.readouterr().err
@@ -198,6 +203,12 @@ def test_a_tagger_predicts_tags_and_evaluates_a_conll_file(tagger, tmp_path, cap
     assert main(["eval", "--model", str(tagger), "--test-file", str(tmp_path / "new.txt")]) == 2
     err = capsys.readouterr().err
     assert "the model has no tag for BOGUS (its tags: " in err and "S-BOGUS" not in err
+    # training saw PER and LOC only as single words; a two-word PER is still an entity it can tag
+    with open(tagger / "config.json") as f:
+        assert {"B-PER", "I-PER", "E-PER", "S-PER", "B-LOC", "E-LOC"} <= set(json.load(f)["labels"])
+    (tmp_path / "two.txt").write_text("John NNP I-NP I-PER\nSmith NNP I-NP I-PER\nlives VBZ I-VP O\n")
+    assert main(["eval", "--model", str(tagger), "--test-file", str(tmp_path / "two.txt"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["per_type"]["PER"]["gold"] == 1
     assert main(["predict", "--model", str(tagger), str(tmp_path / "s.txt"), "--explain", "3"]) == 2
     assert "sentence-level" in capsys.readouterr().err
 
@@ -345,10 +356,14 @@ def test_a_relation_classifier_reads_the_entity_markers_as_in_training(relation,
 
 def test_a_language_model_evaluates_a_file_shorter_than_its_batch(lm, tmp_path, capsys):
     """A few words are enough: the evaluation stream takes as many rows as the file fills
-    (at least 2 tokens each), not a fixed 10."""
+    with a whole BPTT segment each, not a fixed 10: one row here, so every token after the
+    first is scored (rows of their own would leave each row's first token and the tail out)."""
     (tmp_path / "short.txt").write_text("the cat sat\n")           # 4 tokens with <eos>
     assert main(["eval", "--model", str(lm), "--test-file", str(tmp_path / "short.txt"), "--json"]) == 0
     assert math.isfinite(json.loads(capsys.readouterr().out)["ppl"])
+    (tmp_path / "unk.txt").write_text("the zebra cat okapi sat\n")  # 5 targets, 2 of them unknown
+    assert main(["eval", "--model", str(lm), "--test-file", str(tmp_path / "unk.txt"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["unk_rate"] == pytest.approx(2 / 5)
 
 
 @pytest.mark.parametrize("task, text", [("dyck", "( [ ] )"), ("crossserial", "a a b")])
@@ -454,6 +469,6 @@ def test_every_cell_explains_a_formal_string_as_predict_reads_it(cell, task):
     run = Run(Path("m"), model, cfg, vocab, {"task": task, "labels": symbols})
     text = "( [ ] )" if task == "dyck" else "a a b c c d"
     want = Predictor(run).records([text])[0]["next"]
-    for typed in (text, f"{START} {text}"):
+    for typed in (text, f"{START} {text}", START + text.replace(" ", "")):
         ex = explain_text(model, vocab, run.reads(run.tokenize(typed)))
         assert ex.tokens == [START] + text.split() and [p.target for p in ex.positions] == want

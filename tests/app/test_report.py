@@ -439,3 +439,19 @@ def test_report_renders_in_headless_chromium(tsv_report, tmp_path):
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
     print(f"screenshot: {shot}")
+
+
+def test_sample_sentences_prefer_readable_ones_and_never_exceed_an_explained_sentences_limit():
+    from types import SimpleNamespace
+
+    from rnnlens.analysis.sentence import SENTENCE_TOKENS
+    from rnnlens.app.report import _sample_sentences
+    from rnnlens.data.batching import Example
+
+    def data(*lengths):
+        return SimpleNamespace(splits={"test": [Example([f"w{i}" for i in range(n)], 0) for n in lengths]})
+
+    assert [len(s) for s in _sample_sentences(data(3, 30, 8, 2, 12), "test", "classify", 5)] == [8, 12]
+    assert [len(s) for s in _sample_sentences(data(3, 900, 2), "test", "classify", 5)] == [3, 2]
+    got = _sample_sentences(data(10_000, 500), "test", "classify", 5)
+    assert [len(s) for s in got] == [SENTENCE_TOKENS, SENTENCE_TOKENS] and got[0][0] == "w0"

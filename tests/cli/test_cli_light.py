@@ -38,3 +38,9 @@ def test_every_computing_command_takes_threads(command):
     sub = next(a for a in build_parser(command)._actions if a.dest == "command")
     parser = sub.choices[command]
     assert any("--threads" in a.option_strings for a in parser._actions), command
+
+
+def test_every_command_is_a_computing_one_that_takes_threads():
+    # every command runs torch (a model, a dataset's tensors, word2vec): none may miss --threads
+    sub = next(a for a in build_parser("")._actions if a.dest == "command")
+    assert set(sub.choices) == set(THREADED)

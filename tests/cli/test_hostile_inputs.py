@@ -170,3 +170,47 @@ def test_explain_reads_a_document_or_lines_from_standard_input(models, tmp_path,
     code, out, err = run(capsys, "explain", "--model", models["clf"], "--lines", "-", "--out", tmp_path / "ex")
     assert code == 0, err
     assert len((tmp_path / "ex" / "explanations.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("argv", [("predict", "-"), ("explain", "--file", "-"), ("explain", "--lines", "-")])
+def test_standard_input_that_is_not_utf8_is_refused_as_a_file_is(argv, models, tmp_path, capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\xe9t\xe9 good\n"), encoding="utf-8",
+                                                      errors="surrogateescape"))
+    extra = ("--out", tmp_path / "ex") if "--lines" in argv else ()
+    code, _, err = run(capsys, argv[0], "--model", models["clf"], *argv[1:], *extra)
+    assert_clean_error(code, err, "not UTF-8 text")
+    assert not (tmp_path / "ex").exists()
+
+
+def test_standard_input_in_utf8_with_a_bom_is_read(models, capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("\ufeffété good\n".encode()), encoding="utf-8"))
+    code, out, err = run(capsys, "predict", "--model", models["clf"], "-")
+    assert code == 0, err
+    assert json.loads(out.splitlines()[0])["tokens"][0] == "été"
+
+
+def test_a_dataset_too_small_to_carve_its_splits_is_refused_before_training(tmp_path, capsys):
+    (tmp_path / "mr").mkdir()
+    (tmp_path / "mr" / "rt-polarity.all").write_text("".join(f"{i % 2} a film {i}\n" for i in range(9)))
+    code, out, err = run(capsys, "train", "--data", "mr", "--data-dir", tmp_path, "--out", tmp_path / "m",
+                         "--hidden-size", "4", "--embedding-dim", "4", "--epochs", "1", "--quiet")
+    assert_clean_error(code, err, "mr: the dev and test splits have no examples (train 9, dev 0, test 0)")
+    assert "epoch" not in out and not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("case", ["header", "glue order"])
+def test_a_training_file_that_is_not_label_tab_text_is_refused(case, tmp_path, capsys):
+    rows = [("pos", f"a good film number {i}") if i % 2 else ("neg", f"a dull film number {i}") for i in range(120)]
+    if case == "header":
+        lines = ["label\ttext"] + [f"{lab}\t{text}" for lab, text in rows]
+    else:
+        lines = ["sentence\tlabel"] + [f"{text}\t{int(lab == 'pos')}" for lab, text in rows]
+    (tmp_path / "train.tsv").write_text("\n".join(lines) + "\n")
+    code, _, err = run(capsys, "train", "--corpus", "tsv", "--train-file", tmp_path / "train.tsv",
+                       "--out", tmp_path / "m", "--hidden-size", "4", "--epochs", "1", "--quiet")
+    assert_clean_error(code, err, "looks like a header" if case == "header" else "text<TAB>label order")
+    assert not (tmp_path / "m").exists()

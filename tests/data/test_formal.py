@@ -332,3 +332,18 @@ def test_crossserial_corpus_uniform_over_strings_and_deterministic():
     assert set(splits) == {"train", "test"} and len(splits["train"]) == 30
     assert all(sum(crossserial_mn(ex.tokens)) < 8 for ex in splits["train"])
     assert splits == CrossSerialCorpus(train_size=30, test_size=20).splits()
+
+
+def test_typed_strings_read_as_the_corpora_symbols_with_a_start_symbol_glued_on_or_not():
+    from rnnlens.data.formal import START, crossserial_symbols, dyck_symbols, symbol_tokens
+    from rnnlens.data.vocab import Vocab
+
+    dyck = Vocab(dict.fromkeys([START, *dyck_symbols(5)]))
+    for typed in ("<s>(()", "<s> ( ( )", "(()", "<s>( ()"):
+        want = ([START] if typed.startswith(START) else []) + ["(", "(", ")"]
+        assert symbol_tokens(typed, dyck) == want, typed
+    assert symbol_tokens("<>", dyck) == ["<", ">"]                 # brackets of their own
+    assert symbol_tokens("<s><s>(", dyck) == [START, START, "("]
+    assert symbol_tokens("<pad>", dyck) == list("<pad>")            # not a token: each character
+    cross = Vocab(dict.fromkeys([START, *crossserial_symbols()]))
+    assert symbol_tokens("<s>aabbccdd", cross) == [START, *"aabbccdd"]

@@ -568,3 +568,14 @@ def test_bom_in_linzen_tsv_header(tmp_path):
         AGR.read_linzen_tsv(p)
     except RnnlensError as e:
         assert "lacks" not in str(e), e
+
+
+def test_labelled_tsv_lines_end_only_at_newlines(tmp_path):
+    # U+2028, U+0085 (what cp1252's ellipsis byte becomes) and a form feed inside a text are
+    # characters of that line, not line breaks (str.splitlines would split them)
+    from rnnlens.data.tokenize import Tokenizer
+
+    tsv = write(tmp_path, "t.tsv", "pos\tgreat film\u2028really good\nneg\tdull\u0085 and\x0cslow\r\n")
+    rows = R.read_labelled_tsv(tsv, Tokenizer())
+    assert [lab for _, lab in rows] == ["pos", "neg"]
+    assert "good" in rows[0][0] and "slow" in rows[1][0]

@@ -1,7 +1,9 @@
 """`rnnlens vectors`: word2vec (gensim) on a corpus's text -> a GloVe-format file that
 --embeddings-file loads."""
+import os
 import random
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -234,3 +236,28 @@ def test_embedding_norm_puts_every_words_vector_at_that_length(tmp_path, frozen)
     assert model.embedding.weight.requires_grad is not frozen
     with pytest.raises(Exception, match="embedding_norm"):
         Config.from_dict({"model": {"embedding_norm": 0.0}})
+
+
+def test_cli_never_writes_over_the_corpus_it_reads(tmp_path, capsys):
+    d = subj_dir(tmp_path, lines=10)
+    read = next(p for p in Path(d).rglob("*") if p.is_file())
+    before = read.read_bytes()
+    code, _, err = run(capsys, "vectors", "--corpus", "subj", "--data-dir", d, "--out", read, "--force")
+    assert_clean_error(code, err, "which this command reads")
+    assert read.read_bytes() == before
+
+
+def test_cli_writes_through_a_pipe(gensim, tmp_path, capsys):
+    import threading
+
+    d = subj_dir(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    code, _, err = run(capsys, "vectors", "--corpus", "subj", "--data-dir", d, "--out", fifo, "--dim", 4,
+                       "--epochs", 1, "--min-count", 2, "--threads", 1, "--quiet")
+    reader.join(60)
+    assert code == 0, err
+    assert fifo.is_fifo() and got and got[0].decode().split("\n")[0].count(" ") == 4
