@@ -85,7 +85,9 @@ def _sample_sentences(data, split: str, task: str, n: int, seed: int = 0) -> lis
     from ..analysis.sentence import SENTENCE_TOKENS
 
     examples = data.splits[split]
-    if task == "lm":
+    if task == "lm" and len(examples) > 1:       # sentence-level: one example a sentence
+        pool = [[t for t in ex.tokens if t != "<eos>"] for ex in examples[:20_000]]
+    elif task == "lm":                           # one stream, cut at <eos>
         stream, sents, cur = examples[0].tokens, [], []
         for tok in stream[:200_000]:
             if tok == "<eos>":
@@ -94,7 +96,7 @@ def _sample_sentences(data, split: str, task: str, n: int, seed: int = 0) -> lis
                 cur = []
             else:
                 cur.append(tok)
-        pool = sents
+        pool = sents + ([cur] if cur else [])
     else:
         pool = [ex.tokens for ex in examples]
     good = ([i for i, toks in enumerate(pool) if 4 <= len(toks) <= 20]

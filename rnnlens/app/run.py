@@ -55,7 +55,9 @@ class Run:
         a relation classifier the SemEval entity markers <e1> </e1> <e2> </e2> kept whole; for
         a formal-language model (dyck, crossserial) the string's single-character symbols
         ("aabbccdd" or "a a b b c c d d": data.formal.symbol_tokens), a leading start symbol
-        dropped (`reads` puts it back)."""
+        dropped (`reads` puts it back); for a Treebank-tokenised corpus (the SST) a piece that
+        is a token of the model's vocabulary ("mr.", "u.s.") is kept whole, as its trees had
+        it, and any other is split as the Treebank splits ("it's" -> "it 's")."""
         if self.task in FORMAL_TASKS:
             from ..data.formal import START, symbol_tokens
 
@@ -65,7 +67,14 @@ class Run:
             from ..data.semeval_conll import semeval_tokens
 
             return semeval_tokens(text, self.tokenizer)
-        return self.tokenizer(text)
+        tok = self.tokenizer
+        if tok.treebank:
+            from ..data.tokenize import clean_text
+
+            text = clean_text(text)
+            pieces = (text.lower() if tok.lowercase else text).split()
+            return [t for piece in pieces for t in ([piece] if piece in self.vocab else tok(piece))]
+        return tok(text)
 
     def reads(self, tokens: list[str]) -> list[str]:
         """`tokens` (from `tokenize`) as the model reads them: a formal-language model's start

@@ -44,6 +44,8 @@ class Dataset:
     split_punct: whether new texts split punctuation off their words (raw-text corpora), or
         split on whitespace only, as the tokens of an already tokenised corpus (PTB, WikiText,
         CoNLL-2003, the agreement sentences) were read: "U.S." and "<unk>" stay whole.
+    treebank: new texts are split as the Penn Treebank splits them (the SST's trees: "it 's",
+        "does n't"; data.tokenize.treebank_tokens).
     """
 
     name: str
@@ -53,6 +55,7 @@ class Dataset:
     notes: list[str] = field(default_factory=list)
     lowercase: bool = True
     split_punct: bool = True
+    treebank: bool = False
 
 
 # --- shared helpers -------------------------------------------------------------
@@ -181,9 +184,9 @@ def _load_sst(name: str, data_dir, scheme: str, train_phrases: bool) -> Dataset:
     notes.append("tokens lowercased; PTB escapes (-LRB-, \\/) left as written")
     notes.append(_count_note(splits))
     if scheme == "regression":
-        return Dataset(name, "regress", splits, None, notes)
+        return Dataset(name, "regress", splits, None, notes, treebank=True)
     labels = SST_BINARY_LABELS if scheme == "binary" else SST_FINE_LABELS
-    return Dataset(name, "classify", splits, labels, notes)
+    return Dataset(name, "classify", splits, labels, notes, treebank=True)
 
 
 def load_sst2(data_dir, seed: int = 0) -> Dataset:

@@ -8,6 +8,34 @@ from dataclasses import dataclass
 # apostrophes or hyphens kept: "don't", "well-made"), or one punctuation character.
 _TOKEN = re.compile(r"\w+(?:['\u2019\-]\w+)*|[^\w\s]", re.UNICODE)
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# Penn Treebank tokenisation of one whitespace-separated piece (the SST's trees are tokenised
+# so): quotes as `` and '', clitics split off ("it's" -> it 's, "isn't" -> is n't), leading and
+# trailing punctuation split off; a piece that is already one such token stays whole.
+_PTB_WHOLE = re.compile(r"``|''|--|\.\.\.|-[lr][rcs]b-|n't|'(?:s|re|ve|ll|d|m)", re.IGNORECASE)
+_PTB_CLITIC = re.compile(r"(.+?)(n't|'s|'re|'ve|'ll|'d|'m)", re.IGNORECASE)
+_PTB_LEAD, _PTB_TRAIL = "([{`\"'", ".,;:!?)]}\"'"
+
+
+def treebank_tokens(piece: str) -> list[str]:
+    """One whitespace-free piece of text as Penn Treebank tokens (see _PTB_WHOLE above)."""
+    head: list[str] = []
+    tail: list[str] = []
+    while piece and not _PTB_WHOLE.fullmatch(piece):
+        if piece[0] in _PTB_LEAD:
+            head.append("``" if piece[0] == '"' else piece[0])
+            piece = piece[1:]
+        elif piece.endswith("...") and len(piece) > 3:
+            tail.insert(0, "...")
+            piece = piece[:-3]
+        elif piece[-1] in _PTB_TRAIL:
+            tail.insert(0, "''" if piece[-1] == '"' else piece[-1])
+            piece = piece[:-1]
+        else:
+            break
+    if not piece:
+        return head + tail
+    m = None if _PTB_WHOLE.fullmatch(piece) else _PTB_CLITIC.fullmatch(piece)
+    return head + (list(m.groups()) if m else [piece]) + tail
 
 
 def clean_text(text: str) -> str:
@@ -33,18 +61,24 @@ class Tokenizer:
 
     lowercase: fold case before splitting.
     split_punct: split punctuation into tokens of its own; otherwise split on whitespace only.
+    treebank: split each whitespace-separated piece as the Penn Treebank does (`treebank_tokens`:
+        the SST's tokens, "it 's" and "does n't"), in place of split_punct's rule.
     """
 
     lowercase: bool = True
     split_punct: bool = True
+    treebank: bool = False
 
     def __call__(self, text: str) -> list[str]:
         text = clean_text(text)
         if self.lowercase:
             text = text.lower()
+        if self.treebank:
+            return [t for piece in text.split() for t in treebank_tokens(piece)]
         if self.split_punct:
             return _TOKEN.findall(text)
         return text.split()
 
     def to_dict(self) -> dict:
-        return {"lowercase": self.lowercase, "split_punct": self.split_punct}
+        return {"lowercase": self.lowercase, "split_punct": self.split_punct,
+                **({"treebank": True} if self.treebank else {})}

@@ -67,7 +67,8 @@ def cmd_repro(args) -> int:
     if args.list:
         ignored = [flag for flag, given in (("--tiny", args.tiny), ("--seeds", args.seeds != 1),
                                             ("--seed", args.seed != 0), ("--time-limit", args.time_limit),
-                                            ("--rows", args.rows), ("--out", args.out), ("--render", args.render),
+                                            ("--budget", args.budget), ("--rows", args.rows), ("--out", args.out),
+                                            ("--render", args.render),
                                             ("--results", args.results), ("--configs", args.configs))
                    if given]
         if ignored:
@@ -79,12 +80,14 @@ def cmd_repro(args) -> int:
         if args.tables or args.rows:
             raise RnnlensError("--render renders every recorded table: it takes no TABLE and no --rows")
         ignored = [flag for flag, given in (("--tiny", args.tiny), ("--seeds", args.seeds != 1),
-                                            ("--seed", args.seed != 0), ("--time-limit", args.time_limit))
+                                            ("--seed", args.seed != 0), ("--time-limit", args.time_limit),
+                                            ("--budget", args.budget))
                    if given]
         if ignored:
             raise RnnlensError(f"--render reads the records as they are: {', '.join(ignored)} would change nothing "
                                "(they go with a repro that trains)")
         return _render(args)
+    args.budget = args.budget or "quick"
     if not args.tables:
         raise RnnlensError("name a table (or 'all'); `rnnlens repro --list` shows them")
     if not args.out:
@@ -108,9 +111,11 @@ def cmd_repro(args) -> int:
         def picks(w: str, label: str) -> bool:      # "=LABEL": that row alone; else a substring
             return label.lower() == w[1:].lower() if w.startswith("=") else w.lower() in label.lower()
 
-        selected = {r.label for t in tables for r in t.rows if any(picks(w, r.label) for w in args.rows)}
-        if not selected:
-            raise RnnlensError(f"no row label contains (or, with =, is) {' or '.join(map(repr, args.rows))}")
+        labels = [r.label for t in tables for r in t.rows]
+        unmatched = [w for w in args.rows if not any(picks(w, label) for label in labels)]
+        if unmatched:                     # one --rows that picks nothing is a typo, not a row skipped
+            raise RnnlensError(f"no row label contains (or, with =, is) {' or '.join(map(repr, unmatched))}")
+        selected = {label for label in labels if any(picks(w, label) for w in args.rows)}
         tables = [t for t in tables if any(r.label in selected for r in t.rows)]
     configs = Path(args.configs) if args.configs else default_configs_dir()
     if configs is not None and not configs.is_dir():
@@ -292,7 +297,8 @@ def add_parser(sub) -> None:
                         "markdown and HTML (`--list` shows the tables)")
     rp.add_argument("tables", nargs="*", metavar="TABLE", help="table ids (see --list), or 'all'")
     rp.add_argument("--list", action="store_true", help="list the tables, their data needs and times")
-    rp.add_argument("--budget", default="quick", help="quick (minutes per run on a CPU) or full (the paper's settings)")
+    rp.add_argument("--budget", default=None, help="quick (minutes per run on a CPU; the default) or full (the "
+                    "paper's settings)")
     rp.add_argument("--seeds", type=SIZE, default=1, help="runs per row (mean and std over them)")
     rp.add_argument("--seed", type=SEED, default=0, help="the first seed")
     rp.add_argument("--out", help="output folder: <table>.md/.html/.json and runs/ (reused across tables)")

@@ -283,10 +283,12 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
     cell = row.extra.get("model", "GRU").lower()
     # the demo has one setting, the paper's corpus at the package's defaults, whatever --budget says
     res = RowResult(row, budget_name="tiny" if ctx.tiny else "full")
+    epochs = 1 if ctx.tiny else Config().train.epochs
     for s in range(ctx.seeds):
         seed = ctx.seed0 + s
-        path = ctx.out / "runs" / f"demo-{cell}-seed{seed}"
-        summary = _demo_summary(path, row)
+        # a tiny run has a name of its own: it never stands in for (or replaces) a full one
+        path = ctx.out / "runs" / f"demo-{cell}{'-tiny' if ctx.tiny else ''}-seed{seed}"
+        summary = _demo_summary(path, row, epochs)
         if summary is None and ctx.reuse_only:
             raise NotRun(path)
         if summary is None:
@@ -299,7 +301,6 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
         group, form = row.extra["group"], row.extra["form"]
         res.values.append(float(summary["table"][group][form]["mean"]))
         res.runs[str(path)] = round(recorded_seconds(summary.get("seconds")), 1)
-        epochs = 1 if ctx.tiny else Config().train.epochs
         res.budget = (f"the demo: {epochs} epochs max (best {summary.get('best_epoch')}), 4,120 sentences, "
                       f"hidden {summary['model']['hidden_size']}")
         res.data_used = "built-in polarity corpus"
@@ -315,15 +316,18 @@ def polarity_row(ctx: Context, table: Table, row: Row) -> RowResult:
     return res
 
 
-def _demo_summary(path: Path, row: Row) -> dict | None:
-    """The demo run's summary.json when it is readable and holds what the table reads (the
-    row's group and form, the flip counts); None otherwise (no run, or a damaged one)."""
+def _demo_summary(path: Path, row: Row, epochs: int) -> dict | None:
+    """The demo run's summary.json when it is readable, holds what the table reads (the row's
+    group and form, the flip counts) and ran for `epochs` at most (its config.json); None
+    otherwise (no run, a damaged one, or one of another budget)."""
     def number(v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
     try:
         summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
-        ok = (number(summary["table"][row.extra["group"]][row.extra["form"]]["mean"])
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        ok = (config["config"]["train"]["epochs"] == epochs
+              and number(summary["table"][row.extra["group"]][row.extra["form"]]["mean"])
               and number(summary["negation_flips"]) and number(summary["double_negation_restores"])
               and isinstance(summary["adjectives"], (list, dict)) and isinstance(summary["model"], dict)
               and isinstance(summary.get("test") or {}, dict))

@@ -189,15 +189,43 @@ _VOLATILE = ("recorded", "command", "commit", "rnnlens", "python", "machine", "t
 
 
 def read_run(results: Path | None, name: str) -> dict | None:
+    """The record of run `name` under results/runs, or None where there is none. RnnlensError
+    naming the file for one that is there but damaged (not JSON, or not a run record's shape):
+    it is neither passed over as missing nor trained again over."""
+    from ..errors import RnnlensError
+
     if results is None:
         return None
+    path = results / RUNS / name / "record.json"
     try:
-        rec = json.loads((results / RUNS / name / "record.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return None
-    if not (isinstance(rec, dict) and isinstance(rec.get("test"), dict)):
-        return None
+    except (OSError, ValueError) as e:
+        raise RnnlensError(f"{path}: not a readable run record ({e}); restore it, or remove its folder and run "
+                           "the row again") from None
+    problem = _run_problem(rec)
+    if problem:
+        raise RnnlensError(f"{path}: not a run record ({problem}); restore it, or remove its folder and run the "
+                           "row again")
     return {**rec, "test": metric_record(rec["test"])}
+
+
+def _run_problem(rec) -> str | None:
+    """What makes `rec` not a run record as write_run writes one; None when it is one."""
+    if not isinstance(rec, dict):
+        return "not an object"
+    if not isinstance(rec.get("test"), dict):
+        return "no test metrics"
+    config = rec.get("config", {})
+    if not (isinstance(config, dict) and all(isinstance(v, dict) for k, v in config.items() if k != "version")):
+        return "its config is not an object of sections"
+    if not isinstance(rec.get("overrides") or {}, dict):
+        return "its overrides are not an object"
+    for key in ("command", "run", "config_file", "budget"):
+        if not isinstance(rec.get(key, ""), (str, type(None))):
+            return f"its {key} is not text"
+    return None
 
 
 def tables_locked(results: Path):
@@ -232,6 +260,8 @@ def read_tables(results: Path) -> dict[str, dict]:
             raise RnnlensError(f"{p}: not a readable table record ({e}); restore it, or remove it and run "
                                "the table again") from None
         problem = _table_problem(rec)
+        if not problem and rec["table"] != p.stem:
+            problem = f"it holds table {rec['table']!r}, where its name says {p.stem!r}"
         if problem:
             raise RnnlensError(f"{p}: not a table record ({problem}); restore it, or remove it and run the "
                                "table again")
@@ -274,6 +304,8 @@ def _table_problem(rec) -> str | None:
         return "no table id"
     if not isinstance(rec.get("rows"), list):
         return "no list of rows"
+    if not isinstance(rec.get("command", ""), str):
+        return "its command is not text"
     for i, row in enumerate(rec["rows"], 1):
         if not isinstance(row, dict) or not isinstance(row.get("label"), str):
             return f"row {i} has no label"

@@ -527,7 +527,9 @@ def data_used_text(cfg) -> str:
     d = cfg.data
     if d.corpus in ("dyck", "crossserial", "polarity"):
         return f"{d.corpus} (generated)" if d.corpus != "polarity" else "built-in polarity corpus"
-    return f"{d.corpus} from {d.data_dir}" if d.data_dir else d.corpus
+    from .records import portable
+
+    return f"{d.corpus} from {portable(d.data_dir)}" if d.data_dir else d.corpus
 
 
 # --- summaries ------------------------------------------------------------------------------

@@ -28,12 +28,12 @@ FORMAT = "rnnlens-checkpoint"
 
 def save_checkpoint(path: str | Path, model: torch.nn.Module, cfg: Config, vocab: Vocab,
                     labels: list[str] | None, task: str = "classify", notes: list[str] | None = None,
-                    lowercase: bool | None = None, split_punct: bool = True) -> None:
+                    lowercase: bool | None = None, split_punct: bool = True, treebank: bool = False) -> None:
     """Write config.json, vocab.json and model.safetensors into an existing directory.
     lowercase: whether the training tokens were case-folded (the dataset's own reading; None:
     cfg.data.lowercase), and split_punct whether its raw text had punctuation split off (False:
-    an already tokenised corpus, read on whitespace), recorded as the tokenizer that reads the
-    model's new texts."""
+    an already tokenised corpus, read on whitespace) and treebank whether it was tokenised as the
+    Penn Treebank is (the SST), recorded as the tokenizer that reads the model's new texts."""
     from safetensors import SafetensorError
     from safetensors.torch import save_model
 
@@ -54,7 +54,7 @@ def save_checkpoint(path: str | Path, model: torch.nn.Module, cfg: Config, vocab
     os.chmod(path / "model.safetensors", 0o666 & ~umask)     # safetensors writes it 0600
     meta = {"format": FORMAT, "task": task, "labels": labels, "vocab_size": len(vocab), "notes": notes or [],
             "tokenizer": Tokenizer(lowercase=cfg.data.lowercase if lowercase is None else lowercase,
-                                   split_punct=split_punct).to_dict(), "config": cfg.to_dict(),
+                                   split_punct=split_punct, treebank=treebank).to_dict(), "config": cfg.to_dict(),
             # the folder the config's relative data paths were relative to (app.run.Run reads
             # the data from any working folder through it)
             "trained_in": str(Path.cwd()),
@@ -106,9 +106,10 @@ def _read_config(path: Path) -> tuple[dict, Config, int]:
         if not isinstance(task, str):
             raise TypeError(f"'task' must be a string, got {task!r}")
         tok = meta.get("tokenizer", {})
-        if not isinstance(tok, dict) or not set(tok) <= {"lowercase", "split_punct"} or \
+        if not isinstance(tok, dict) or not set(tok) <= {"lowercase", "split_punct", "treebank"} or \
                 not all(isinstance(v, bool) for v in tok.values()):
-            raise TypeError("'tokenizer' must be an object with boolean 'lowercase' and 'split_punct'")
+            raise TypeError("'tokenizer' must be an object with boolean 'lowercase', 'split_punct' and "
+                            "(optionally) 'treebank'")
     except RnnlensError as e:
         raise RnnlensError(f"{config_path}: {e}") from None
     except (KeyError, TypeError, ValueError) as e:

@@ -32,6 +32,7 @@ class Data:
     vocab_source: list[Example] | None = None
     lowercase: bool | None = None       # the tokens' case folding (None: data.lowercase's)
     split_punct: bool = True            # new texts split punctuation off (False: whitespace only)
+    treebank: bool = False              # new texts split as the Penn Treebank does (the SST)
 
 
 def fold_case(data: Data) -> None:
@@ -77,7 +78,7 @@ def load_data(cfg: Config) -> Data:
             raise RnnlensError(f"dataset {d.corpus!r} needs --data-dir, the folder that holds it")
         ds = load_dataset(d.corpus, Path(d.data_dir), seed=d.corpus_seed)
         data = Data(ds.task, ds.splits, ds.labels, list(ds.notes), lowercase=ds.lowercase,
-                    split_punct=ds.split_punct)
+                    split_punct=ds.split_punct, treebank=ds.treebank)
         if d.fold_case and not ds.lowercase:
             fold_case(data)
     if d.task is not None and d.task != data.task:
@@ -344,7 +345,7 @@ def train_run(cfg: Config, out: Path, progress: bool = True, checkpoints=None, d
     if dist.is_main:
         try:
             save_checkpoint(out, model, cfg, vocab, data.labels, data.task, data.notes, lowercase=data.lowercase,
-                            split_punct=data.split_punct)
+                            split_punct=data.split_punct, treebank=data.treebank)
         except OSError as e:             # a full disk: one line, and what is kept
             raise trainer.write_failed(Path(e.filename or out), e) from None
     return RunResult(model, vocab, data.labels, history, test, data.notes)

@@ -455,3 +455,21 @@ def test_sample_sentences_prefer_readable_ones_and_never_exceed_an_explained_sen
     assert [len(s) for s in _sample_sentences(data(3, 900, 2), "test", "classify", 5)] == [3, 2]
     got = _sample_sentences(data(10_000, 500), "test", "classify", 5)
     assert [len(s) for s in got] == [SENTENCE_TOKENS, SENTENCE_TOKENS] and got[0][0] == "w0"
+
+
+def test_sample_sentences_of_a_language_model_stream_or_sentences():
+    from types import SimpleNamespace
+
+    from rnnlens.app.report import _sample_sentences
+    from rnnlens.data.batching import Example
+
+    words = [[f"w{i}{j}" for j in range(5)] for i in range(6)]
+    stream = SimpleNamespace(splits={"test": [Example([t for w in words for t in w + ["<eos>"]])]})
+    sentences = SimpleNamespace(splits={"test": [Example(["<eos>"] + w) for w in words]})
+    for data in (stream, sentences):
+        assert _sample_sentences(data, "test", "lm", 4) == [w for w in words if w in
+                                                           _sample_sentences(data, "test", "lm", 4)]
+        assert len(_sample_sentences(data, "test", "lm", 4)) == 4
+    assert _sample_sentences(stream, "test", "lm", 9) == words == _sample_sentences(sentences, "test", "lm", 9)
+    one = SimpleNamespace(splits={"test": [Example(["<eos>"] + words[0])]})   # one sentence, no <eos> after
+    assert _sample_sentences(one, "test", "lm", 3) == [words[0]]

@@ -51,3 +51,36 @@ def test_data_that_changed_its_labels_is_refused(model, tmp_path):
     run.config.data.test_file = str(tmp_path / "test.tsv")
     with pytest.raises(RnnlensError, match="task and labels the model was trained on"):
         run.data()
+
+
+def test_a_treebank_tokenised_corpus_reads_new_text_as_its_trees_were_split(tmp_path):
+    # The SST's trees are Penn Treebank tokens ("it 's", "does n't", "mr."): a model of them
+    # reads a new text the same way, typed raw or already split, and keeps its own tokens whole.
+    from rnnlens.data.tokenize import Tokenizer
+
+    sents = [("(3 (2 it) (3 (2 's) (3 great)))", 1), ("(1 (2 mr.) (1 (2 smith) (1 (2 does) (1 (2 n't) (1 work)))))", 0),
+             ("(3 (2 ``) (3 (3 fun) (2 '')))", 1), ("(1 (2 that) (1 (2 's) (1 dull)))", 0)]
+    d = tmp_path / "sst" / "trees"
+    d.mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        (d / f"{split}.txt").write_text("\n".join(t for t, _ in sents * 3) + "\n")
+    out = tmp_path / "m"
+    assert main(["train", "--data", "sst2-sentences", "--data-dir", str(tmp_path), "--out", str(out),
+                 "--hidden-size", "4", "--embedding-dim", "4", "--epochs", "1", "--quiet"]) == 0
+    run = Run.load(out)
+    assert run.tokenizer == Tokenizer(treebank=True)
+    assert run.tokenize("It's great") == run.tokenize("it 's great") == ["it", "'s", "great"]
+    assert run.tokenize("Mr. Smith doesn't work.") == ["mr.", "smith", "does", "n't", "work", "."]
+    assert run.tokenize('"fun"') == ["``", "fun", "''"] and run.tokenize("`` fun ''") == ["``", "fun", "''"]
+    assert all(t in run.vocab for t in run.tokenize("That's dull"))
+
+
+@pytest.mark.parametrize("piece, tokens", [
+    ("it's", ["it", "'s"]), ("isn't", ["is", "n't"]), ("can't", ["ca", "n't"]), ("'s", ["'s"]), ("n't", ["n't"]),
+    ("great,", ["great", ","]), ('"hi"', ["``", "hi", "''"]), ("(yes)", ["(", "yes", ")"]), ("wow...", ["wow", "..."]),
+    ("...", ["..."]), ("--", ["--"]), ("-lrb-", ["-lrb-"]), ("well-made", ["well-made"]), ("'", ["'"]),
+    ("dogs'", ["dogs", "'"]), ("end.", ["end", "."]), ("you'll!", ["you", "'ll", "!"])])
+def test_treebank_tokens_of_a_piece(piece, tokens):
+    from rnnlens.data.tokenize import treebank_tokens
+
+    assert treebank_tokens(piece) == tokens

@@ -576,3 +576,14 @@ def test_two_repros_sharing_the_records_keep_each_others_rows(tmp_path):
         write_table(tmp_path, "t", _record(rows))
     worker.join(5)
     assert [r["label"] for r in read_tables(tmp_path)["t"]["rows"]] == ["A", "C", "B"]
+
+
+def test_the_data_used_names_no_absolute_path_of_this_machine():
+    from rnnlens.config import Config
+    from rnnlens.repro.records import REPO
+    from rnnlens.repro.run import data_used_text
+
+    cfg = Config.from_dict({"data": {"corpus": "semeval", "data_dir": str(REPO.parent / "shared" / "data")}})
+    assert data_used_text(cfg) == "semeval from ../shared/data"
+    cfg = Config.from_dict({"data": {"corpus": "semeval", "data_dir": "../shared/data"}})
+    assert data_used_text(cfg) == "semeval from ../shared/data"

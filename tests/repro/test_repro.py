@@ -210,7 +210,7 @@ def test_rows_keeps_the_rows_already_run_and_trains_nothing_else(tmp_path, capsy
 def test_rows_trains_no_demo_for_the_rows_left_out(tmp_path):
     out = tmp_path / "repro"
     assert main(["repro", "seqlevel-table1", "--tiny", "--out", str(out), "--quiet", "--rows", "GRU:"]) == 0
-    assert sorted(p.name for p in (out / "runs").iterdir()) == ["demo-gru-seed0"]     # no LSTM demo
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["demo-gru-tiny-seed0"]     # no LSTM demo
     labels = [r["label"] for r in json.loads((out / "seqlevel-table1.json").read_text())["rows"]]
     assert labels and all(label.startswith("GRU:") for label in labels)
 

@@ -32,6 +32,7 @@ def _refused(capsys, argv, msg: str) -> str:
     (["--rows", ""], "names no label"),
     (["--rows", "="], "names no label"),
     (["--rows", "  "], "names no label"),
+    (["--rows", "typo-no-row"], "no row label contains (or, with =, is) 'typo-no-row'"),   # with ROW's own --rows
     (["--seed", "4294967295", "--seeds", "2"], "--seed 4294967295 with --seeds 2 goes past the largest seed"),
     (["--device", "banana"], "--device banana"),
     pytest.param(["--device", "cuda"], "--device cuda: no CUDA device is available",
@@ -226,6 +227,7 @@ def test_a_demo_run_with_a_damaged_summary_is_trained_again(tmp_path, monkeypatc
     def fake_demo(path, force, cell, seed, epochs, progress):
         calls.append(path)
         path.mkdir(parents=True, exist_ok=True)
+        (path / "config.json").write_text(json.dumps({"config": {"train": {"epochs": epochs}}}))
         summary = {"table": {g: {f: {"mean": 0.5} for f in ("token", "negation", "double_negation")}
                              for g in ("positive", "negative")},
                    "negation_flips": 1, "double_negation_restores": 1, "adjectives": [], "model": {"hidden_size": 8},
@@ -234,20 +236,28 @@ def test_a_demo_run_with_a_damaged_summary_is_trained_again(tmp_path, monkeypatc
         return summary
 
     monkeypatch.setattr(rnnlens.demo, "run_demo", fake_demo)
-    run = tmp_path / "out" / "runs" / "demo-gru-seed0"
+    run = tmp_path / "out" / "runs" / "demo-gru-tiny-seed0"     # a tiny run's name: never a full run's
     argv = ["repro", "seqlevel-table1", "--rows", "=GRU: positive tokens (10), tokens", "--tiny", "--quiet",
             "--threads", "1", "--out", str(tmp_path / "out")]
     for text in ('{"table": {"positive": {"tok', "[]", "{}", '{"table": {"positive": {"token": {"mean": "x"}}}}'):
         run.mkdir(parents=True, exist_ok=True)
         (run / "summary.json").write_text(text)
+        (run / "config.json").write_text(json.dumps({"config": {"train": {"epochs": 1}}}))
         calls.clear()
         assert main(argv) == 0, capsys.readouterr().err
         assert calls == [run]
     calls.clear()
     assert main(argv) == 0 and calls == []                    # a readable summary: reused, not trained again
+    # the full budget neither reuses the tiny run nor writes over it
+    full = [a for a in argv if a != "--tiny"] + ["--results", str(tmp_path / "results")]
+    assert main(full) == 0 and calls == [tmp_path / "out" / "runs" / "demo-gru-seed0"]
+    (run.parent / "demo-gru-seed0" / "config.json").write_text(json.dumps({"config": {"train": {"epochs": 1}}}))
+    calls.clear()
+    assert main(full) == 0 and calls == [tmp_path / "out" / "runs" / "demo-gru-seed0"]   # a 1-epoch run there
 
 
-@pytest.mark.parametrize("flag", [["--tiny"], ["--seeds", "3"], ["--seed", "2"], ["--time-limit", "60"]])
+@pytest.mark.parametrize("flag", [["--tiny"], ["--seeds", "3"], ["--seed", "2"], ["--time-limit", "60"],
+                                  ["--budget", "full"]])
 def test_render_refuses_the_options_of_a_training_repro(flag, tmp_path, capsys):
     """--render reads the records as they are: an option that only a training repro reads is an
     error, not silently ignored."""
@@ -273,3 +283,29 @@ def test_a_baseline_row_without_its_data_is_missing_data_not_a_crash(rows, tmp_p
             assert lookup == []
         else:
             assert [r["status"] for r in lookup] == ["missing data"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "overrides", "config", "command"])
+def test_a_damaged_run_record_is_one_line_never_skipped_or_trained_over(damage, trained, tmp_path, capsys):
+    path = _copy(trained, tmp_path)
+    rec = json.loads(path.read_text())
+    text = {"truncated": path.read_text()[:40], "overrides": json.dumps({**rec, "overrides": [1]}),
+            "config": json.dumps({**rec, "config": {**rec["config"], "train": "x"}}),
+            "command": json.dumps({**rec, "command": 5})}[damage]
+    path.write_text(text)
+    err = _refused(capsys, ["repro", "--render", "--results", str(tmp_path / "results"),
+                            "--out", str(tmp_path / "R.md")], "not a")
+    assert str(path) in err and "run record" in err and not (tmp_path / "R.md").exists()
+    _refused(capsys, _argv(tmp_path, out="fresh"), "run record")
+    assert path.read_text() == text and not (tmp_path / "fresh" / "runs" / RUN).exists()
+
+
+@pytest.mark.parametrize("damage", ["command", "table id"])
+def test_a_damaged_table_record_is_one_line_never_a_vanished_table(damage, trained, tmp_path, capsys):
+    _copy(trained, tmp_path)
+    (path,) = (tmp_path / "results" / "tables").glob("*.json")
+    rec = json.loads(path.read_text())
+    path.write_text(json.dumps({**rec, **({"command": 5} if damage == "command" else {"table": "nosuch"})}))
+    err = _refused(capsys, ["repro", "--render", "--results", str(tmp_path / "results"),
+                            "--out", str(tmp_path / "R.md")], "not a table record")
+    assert str(path) in err and not (tmp_path / "R.md").exists()
