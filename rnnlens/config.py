@@ -440,12 +440,17 @@ def future_leak(m: ModelConfig) -> str | None:
     return None
 
 
+# dev metrics that are better low: the losses, a language model's perplexity (ppl), a
+# regression's squared error (mse), the share of unknown tokens, and every "..._error"
+MINIMISED = ("loss", "ppl", "perplexity", "mse", "unk_rate")
+
+
 def parse_select(spec: str) -> tuple[str, str]:
-    """train.select "name[:min|max]" -> (name, direction); without a direction, loss, perplexity
-    and names ending in "error" are minimised, anything else maximised."""
+    """train.select "name[:min|max]" -> (name, direction); without a direction, the MINIMISED
+    names and names ending in "error" are minimised, anything else maximised."""
     name, _, direction = spec.partition(":")
     if not direction:
-        direction = "min" if name in ("loss", "perplexity") or name.endswith("error") else "max"
+        direction = "min" if name in MINIMISED or name.endswith("error") else "max"
     return name, direction
 
 

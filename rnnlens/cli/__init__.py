@@ -212,7 +212,9 @@ def _main(argv: list[str] | None) -> int:
             return 2
         except KeyboardInterrupt as e:
             out = getattr(args, "resume", None) or getattr(args, "out", None)
-            hint = (f"; continue from the last checkpoint with: rnnlens train --resume {out}"
+            from .common import resume_command
+
+            hint = (f"; continue from the last checkpoint with: {resume_command(out, getattr(args, 'force', False))}"
                     if args.command == "train" and out and _has_checkpoint(out) else "")
             if args.command == "repro" and not getattr(args, "render", False) and getattr(args, "tables", None):
                 hint = "; the same repro command continues each unfinished run from its last checkpoint"

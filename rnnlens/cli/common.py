@@ -8,6 +8,16 @@ from ..data.tokenize import shown
 from ..errors import RnnlensError
 
 
+def resume_command(out, force: bool = False) -> str:
+    """The command that continues an interrupted `train --out OUT` from its checkpoint, quoted
+    for a shell; with --force where the run was replacing an OUT that is still there (its
+    resume replaces it too)."""
+    import shlex
+    from pathlib import Path
+
+    return f"rnnlens train --resume {shlex.quote(str(out))}" + (" --force" if force and Path(out).exists() else "")
+
+
 def stdin_text():
     """Standard input as UTF-8 text read strictly (a BOM dropped), as a file is read: bytes
     that are not UTF-8 are an error, not characters replaced. sys.stdin itself where it has

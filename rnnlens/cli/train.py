@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import RnnlensError
 from ..metrics import scores_line
-from .common import _add_config_flags
+from .common import _add_config_flags, resume_command
 
 
 def cmd_train(args) -> int:
@@ -49,8 +49,6 @@ def _paths_from(d: dict, started_in: str | None) -> None:
 
 
 def _train(args, out, dist) -> int:
-    import shlex
-
     from ..config import OWN_CORPUS_TASKS, Config, load_config_file, stated_task
     from ..outfiles import check_not_an_input
     from ..train import distributed
@@ -105,7 +103,7 @@ def _train(args, out, dist) -> int:
         with distributed.main_writes(dist, lambda: training_dir(out, force=args.force, resume=saved is not None),
                                      partial_dir(out)) as tmp:
             ckpts = Checkpoints(tmp, cfg.to_dict(), cfg.train.checkpoint_every, resume=saved,
-                                hint=f"rnnlens train --resume {shlex.quote(str(out))}")
+                                hint=resume_command(out, args.force))
             res = train_run(cfg, tmp, progress=main and not args.quiet, checkpoints=ckpts, dist=dist)
     finally:
         dist.close()

@@ -12,6 +12,14 @@ from ..errors import RnnlensError
 from .vocab import Vocab
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def load_vectors(path: str | Path, vocab: Vocab, dim: int) -> tuple[torch.Tensor, int]:
     """Vectors for the vocabulary's words: ([V, dim] with zeros for words not in the file,
     number of words found). Streams the file and keeps only vocabulary words, so a
@@ -42,11 +50,13 @@ def load_vectors(path: str | Path, vocab: Vocab, dim: int) -> tuple[torch.Tensor
     try:
         with opener(p, "rt", encoding="utf-8-sig", errors="replace") as f:   # without a byte-order mark
             for no, line in enumerate(f, 1):
-                parts = line.rstrip().split(" ")
+                parts = [x for x in line.rstrip().split(" ") if x]     # (one space or several)
                 lines += bool(line.strip())
                 if no == 1 and len(parts) == 2 and all(x.isdigit() for x in parts):
                     continue  # word2vec text header: "count dim"
-                word = parts[0]
+                if len(parts) > dim + 1 and not all(_is_number(x) for x in parts[1:-dim]):
+                    parts = [" ".join(parts[:-dim]), *parts[-dim:]]   # a word with spaces (GloVe 840B's ". . .")
+                word = parts[0] if parts else ""
                 hits = [(i, True) for i in want.get(word, [])] + \
                        [(i, False) for i in lower.get(word.lower(), []) if i not in exact]
                 if not hits:

@@ -105,6 +105,8 @@ def _read_config(path: Path) -> tuple[dict, Config, int]:
         task = meta.get("task", "classify")
         if not isinstance(task, str):
             raise TypeError(f"'task' must be a string, got {task!r}")
+        if not isinstance(meta.get("trained_in", ""), str):
+            raise TypeError(f"'trained_in' must be the folder training ran in, as text, got {meta['trained_in']!r}")
         tok = meta.get("tokenizer", {})
         if not isinstance(tok, dict) or not set(tok) <= {"lowercase", "split_punct", "treebank"} or \
                 not all(isinstance(v, bool) for v in tok.values()):

@@ -410,6 +410,28 @@ class Trainer:
             sums = d.merged(sums)
         return {"loss": loss_sum / max(n, 1), **(self.model.head.finalize(sums) if track else {})}
 
+    def _check_select(self, dev_batches) -> None:
+        """Before any training, that a train.select the config names can be followed: a dev
+        split to score it on, and a metric of that name among the dev metrics (read from the
+        first dev batch)."""
+        if not self.cfg.select:
+            return
+        name = self.select[0]
+        if name == "last":
+            return
+        if dev_batches is None:
+            raise RnnlensError(f"train.select {self.cfg.select!r} picks the epoch by a dev metric, and this run has "
+                               "no dev split: give one, or select 'last'")
+        if name == "loss":
+            return
+        first = next(iter(dev_batches), None)
+        if first is None:
+            return
+        have = self.evaluate([first])
+        if name not in have:
+            raise RnnlensError(f"train.select: the dev metrics have no {name!r}; they are "
+                               f"{', '.join(sorted(k for k, v in have.items() if isinstance(v, (int, float))))}")
+
     def fit(self, train_batches, dev_batches=None) -> list[dict]:
         """Train for cfg.epochs, stopping early when dev `select` stops improving for
         cfg.patience epochs; the best epoch's weights are restored at the end. With
@@ -423,6 +445,7 @@ class Trainer:
             raise RnnlensError(f"train.batch_size {self.cfg.batch_size} is the global batch, shared by "
                                f"{d.world} processes: it must be at least {d.world}")
         self._net = d.wrap(self.model, self.device)
+        self._check_select(dev_batches)
         from . import step_graph
 
         if step_graph.StepGraphs.reason_off(self) is None:

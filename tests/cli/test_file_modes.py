@@ -83,6 +83,23 @@ def test_sigterm_stops_train_as_an_interrupt_does(tmp_path, capsys, monkeypatch)
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+def test_the_resume_hint_is_a_command_that_runs_as_printed(tmp_path, capsys, monkeypatch):
+    """An OUT with a space is quoted for the shell; a run that was replacing an existing OUT
+    (--force) is continued with --force, or its resume would refuse the OUT still there."""
+    import rnnlens.cli.train as T
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(T, "_train", interrupt)
+    out = tmp_path / "my run"
+    _a_checkpoint(out)
+    assert main(["train", "--out", str(out), *TINY]) == 130
+    assert capsys.readouterr().err.strip().endswith(f"rnnlens train --resume '{out}'")
+    out.mkdir()                                   # the finished run the interrupted one replaces
+    assert main(["train", "--out", str(out), "--force", *TINY]) == 130
+    assert capsys.readouterr().err.strip().endswith(f"rnnlens train --resume '{out}' --force")
+
+
 def test_an_interrupted_repro_says_the_same_command_continues(tmp_path, capsys, monkeypatch):
     import rnnlens.repro.command as C
 

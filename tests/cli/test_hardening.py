@@ -340,6 +340,9 @@ BAD_CHECKPOINTS = {
     "config-bad-cell": (lambda d, m: _edit_config(d, lambda c: c["config"]["model"].update(cell="nope")),
                         [CJ, "nope"]),
     "config-no-vocab-size": (lambda d, m: _edit_config(d, lambda c: c.pop("vocab_size")), [CJ, "vocab_size"]),
+    "config-bad-trained-in": (lambda d, m: _edit_config(d, lambda c: c.update(trained_in=5)), [CJ, "trained_in"]),
+    "config-trained-in-a-list": (lambda d, m: _edit_config(d, lambda c: c.update(trained_in=["a"])),
+                                 [CJ, "trained_in"]),
 }
 
 

@@ -261,3 +261,16 @@ def test_cli_writes_through_a_pipe(gensim, tmp_path, capsys):
     reader.join(60)
     assert code == 0, err
     assert fifo.is_fifo() and got and got[0].decode().split("\n")[0].count(" ") == 4
+
+
+def test_a_vectors_file_word_may_hold_spaces_and_values_be_spaced_twice(tmp_path):
+    # GloVe 840B has words with spaces (". . ."); its numbers are read from the line's end
+    p = tmp_path / "v.txt"
+    p.write_text(". . . 1 2\na  3  4\nb 5 6 \n")
+    vec, found = load_vectors(p, Vocab(["a", "b", "."]), 2)
+    v = Vocab(["a", "b", "."])
+    assert found == 2 and vec[v.stoi["a"]].tolist() == [3, 4] and vec[v.stoi["b"]].tolist() == [5, 6]
+    assert vec[v.stoi["."]].tolist() == [0, 0]
+    p.write_text("a 1 2 3\n")                          # a file of another dimension is still named so
+    with pytest.raises(RnnlensError, match="expected 2 values after the word, found 3"):
+        load_vectors(p, Vocab(["a"]), 2)

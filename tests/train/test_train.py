@@ -304,3 +304,44 @@ def test_evaluated_loss_is_the_mean_over_the_splits_units_however_it_is_batched(
     if head == "lm":
         for r in results:
             assert r["loss"] == pytest.approx(math.log(r["ppl"]), rel=1e-6)
+
+
+@pytest.mark.parametrize("name, direction", [("ppl", "min"), ("mse", "min"), ("unk_rate", "min"), ("loss", "min"),
+                                             ("closing_error", "min"), ("accuracy", "max"), ("f1", "max"),
+                                             ("ppl:max", "max"), ("accuracy:min", "min")])
+def test_select_minimises_what_is_better_low(name, direction):
+    from rnnlens.config import parse_select
+
+    assert parse_select(name) == (name.split(":")[0], direction)
+
+
+def test_every_heads_own_select_direction_is_what_select_would_read_from_its_name():
+    # a head's own (metric, direction) and `--select METRIC` without a suffix agree, head by head
+    from rnnlens.config import parse_select
+    from rnnlens.heads import base
+
+    heads = set()
+    stack = [base.Head]
+    while stack:
+        cls = stack.pop()
+        heads.add(cls)
+        stack.extend(cls.__subclasses__())
+    import rnnlens.heads  # noqa: F401  (every head class registered)
+    for cls in heads:
+        assert parse_select(cls.select[0]) == cls.select, cls
+
+
+@pytest.mark.parametrize("case", ["no such metric", "no dev split"])
+def test_select_that_cannot_be_followed_is_refused_before_any_training(case, tmp_path, capsys):
+    from tests.support import run_cli
+
+    (tmp_path / "train.tsv").write_text("".join(f"{'pos' if i % 2 else 'neg'}\tfilm {i} {'good' if i % 2 else 'bad'}\n"
+                                                for i in range(20)))
+    (tmp_path / "dev.tsv").write_text("pos\tgood film\nneg\tbad film\n")
+    dev = ["--dev-file", tmp_path / "dev.tsv"] if case == "no such metric" else []
+    code, out, err = run_cli(capsys, "train", "--corpus", "tsv", "--train-file", tmp_path / "train.tsv", *dev,
+                             "--select", "nosuch" if dev else "accuracy", "--out", tmp_path / "m",
+                             "--hidden-size", "4", "--epochs", "1", "--checkpoint-every", "1")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert ("no 'nosuch'; they are accuracy" if dev else "no dev split") in err
+    assert "epoch 1" not in out and not (tmp_path / "m").exists() and not (tmp_path / "m.partial").exists()
