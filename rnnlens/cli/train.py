@@ -92,8 +92,13 @@ def _train(args, out, dist) -> int:
     check_not_an_input(out, [args.config, data.data_dir, data.train_file, data.dev_file, data.test_file,
                              cfg.model.embeddings_file, train.init_from])
     if saved:
-        diff = config_differences(Config.from_dict(saved.state["config"]).to_dict(), cfg.to_dict(),
+        before, now = Config.from_dict(saved.state["config"]).to_dict(), cfg.to_dict()
+        diff = config_differences(before, now,
                                   {"train": MAY_CHANGE + PATHS["train"], "data": PATHS["data"], "model": PATHS["model"]})
+        # a path may be given anew (the same input, found elsewhere), not added or taken away
+        diff += [f"{section}.{key} ({before[section].get(key)!r} -> {now[section].get(key)!r})"
+                 for section, keys in PATHS.items() for key in keys
+                 if bool(before[section].get(key)) != bool(now[section].get(key))]
         if diff:
             raise RnnlensError(f"--resume {out}: the config differs from the interrupted run's in "
                                f"{'; '.join(diff)}; resume with the same settings, or start again with --force")

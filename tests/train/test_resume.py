@@ -316,6 +316,11 @@ def test_a_run_resumes_from_another_folder_and_with_its_data_moved(tmp_path, cap
     monkeypatch.chdir(tmp_path)
     moved = tmp_path / "elsewhere.tsv"
     shutil.copy(start / "data" / "train.tsv", moved)
+    (tmp_path / "v.txt").write_text("good " + " ".join(["0.1"] * 8) + "\n")
+    for added in (["--embeddings-file", str(tmp_path / "v.txt")], ["--dev-file", str(moved)]):
+        # a path the run did not have is another run, not its input found elsewhere
+        code, _, err = run_main(capsys, "train", "--resume", str(out), "--train-file", str(moved), *added)
+        assert code == 2 and "the config differs" in err and added[0][2:].replace("-", "_") in err, err
     code, _, err = run_main(capsys, "train", "--resume", str(out), "--train-file", str(moved))
     assert code == 0, err
     saved = json.loads((out / "config.json").read_text())
