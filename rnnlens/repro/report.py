@@ -363,7 +363,8 @@ def render(results_dir: Path, figures: str | None = "results/figures", configs: 
         total[0] += count["reproduced"]
         total[1] += count["within-quick"]
         total[2] += count["reproduced"] + count["within-quick"] + count["missed"] + count["above"]
-        shown = sum(1 for r in recs[tid].get("rows") or [] if r.get("status") == "ok")
+        labels = {r.label for r in table.rows}        # (a recorded row the table no longer has is not shown)
+        shown = sum(1 for r in recs[tid].get("rows") or [] if r.get("status") == "ok" and r.get("label") in labels)
         summary.append(f"| {tid} | {shown} of {len(table.rows)} | {count['reproduced']} | {count['within-quick']} | "
                        f"{count['missed']} | {count['above']} | {named} of {count['missed'] + count['above']} | "
                        f"{count['ablation']} |")

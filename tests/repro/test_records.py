@@ -587,3 +587,13 @@ def test_the_data_used_names_no_absolute_path_of_this_machine():
     assert data_used_text(cfg) == "semeval from ../shared/data"
     cfg = Config.from_dict({"data": {"corpus": "semeval", "data_dir": "../shared/data"}})
     assert data_used_text(cfg) == "semeval from ../shared/data"
+
+
+def test_the_summary_counts_only_the_rows_the_table_still_has(tmp_path):
+    _repro(tmp_path)
+    path = tmp_path / "results" / "tables" / "urn-dyck.json"
+    rec = json.loads(path.read_text())
+    line = next(ln for ln in render(tmp_path / "results").splitlines() if ln.startswith("| urn-dyck |"))
+    path.write_text(json.dumps({**rec, "rows": rec["rows"] + [{**rec["rows"][0], "label": "a row since renamed"}]}))
+    again = next(ln for ln in render(tmp_path / "results").splitlines() if ln.startswith("| urn-dyck |"))
+    assert again == line
